@@ -1,0 +1,51 @@
+# borg-orchestrator: the two commands are `make run` and `make test`.
+# Everything installs itself idempotently; caches live outside git in $(BORG_CACHE).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export BORG_CACHE ?= $(HOME)/.cache/borg-orchestrator
+export PIP_CACHE_DIR ?= $(BORG_CACHE)/pip
+STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: run test lint venv stack stack-down bench schemas clean-state unit integration
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || { echo "creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing Python dependencies (cached in $(PIP_CACHE_DIR))"
+	@$(PY) -m pip install -q --upgrade pip setuptools wheel
+	@$(PY) -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP)
+
+## run: the main job on the embedded local stack (Kafka, Jaeger, Kubernetes API, all services),
+## replays bundled sample traffic and shows live decisions.
+run: venv
+	@bash scripts/run.sh
+
+## test: the whole suite; starts Kafka, Jaeger and the Kubernetes API it needs.
+test: venv
+	@bash scripts/test.sh $(PYTEST_ARGS)
+
+unit: venv
+	@$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+lint: venv
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/mypy contracts services borgctl training featurelib simulator loadtests
+	@$(VENV)/bin/lint-imports
+
+stack: venv
+	@$(VENV)/bin/borgctl up --no-services
+
+stack-down: venv
+	@$(VENV)/bin/borgctl down
+
+bench: venv
+	@mkdir -p bench
+	@$(VENV)/bin/borgctl bench all --quick --out bench/results.json
+
+schemas: venv
+	@$(PY) -m contracts.schemagen

@@ -1,0 +1,1 @@
+"""borgctl: the operator's command line for borg-orchestrator."""

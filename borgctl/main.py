@@ -1,0 +1,185 @@
+"""borgctl entry point: parses the command line and dispatches to one module per command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Callable
+
+from borgctl import stack
+from borgctl.errors import UserError
+from borgctl.paths import bootstrap
+from borgctl.registry import SERVICES, service
+
+INFRA_NAMES = [i.name for i in stack.INFRA]
+
+# Commands whose arguments are owned by another package: (module, function).
+DELEGATED: dict[str, tuple[str, str, str]] = {
+    "replay": ("loadtests.replay", "main", "replay recorded or synthetic traffic onto the topics"),
+    "bench": ("loadtests.bench", "main", "benchmarks: pipeline, inference, agent, referee, extender"),
+    "trace": ("borgctl.trace", "main", "print a decision's trace from Jaeger as a tree"),
+    "load": ("loadtests.scenario", "main", "ramped load scenario and soak runs"),
+}
+TRAIN = {
+    "failure": ("training.cli", "train_failure"),
+    "regime": ("training.cli", "train_regime"),
+    "anomaly": ("training.cli", "train_anomaly"),
+}
+EVAL = {"failure": ("training.cli", "eval_failure")}
+
+
+def _load(module: str, func: str, what: str) -> Callable[[list[str]], int]:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            raise UserError(f"`{what}` is not available in this build ({module} is missing)", 2) from None
+        raise
+    fn: Callable[[list[str]], int] = getattr(mod, func)
+    return fn
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    names = args.only.split(",") if args.only else INFRA_NAMES
+    unknown = [n for n in names if n not in INFRA_NAMES + ["services"]]
+    if unknown:
+        raise UserError(f"unknown component(s) {', '.join(unknown)}; choose from {', '.join(INFRA_NAMES)}, services")
+    stack.infra_up([n for n in names if n in INFRA_NAMES])
+    if "kafka" in names:
+        from services.runtime.admin import create_topics
+
+        created = asyncio.run(create_topics(bootstrap()))
+        print(f"topics: {len(created)} created" + (f" ({', '.join(created)})" if created else " (all present)"))
+    if not args.no_services and (not args.only or "services" in names):
+        for entry in stack.local_services():
+            print(stack.service_up(entry))
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    for entry in reversed(SERVICES):
+        message = stack.service_down(entry)
+        if message:
+            print(message)
+    if not args.services_only:
+        stack.infra_down(INFRA_NAMES)
+    return 0
+
+
+def cmd_status(_: argparse.Namespace) -> int:
+    rows = stack.infra_status() + stack.services_status()
+    for _name, _ok, line in rows:
+        print(line)
+    kafka_ok = any(name == "kafka" and ok for name, ok, _ in rows)
+    return 0 if kafka_ok else 3
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from contracts.topics import TOPICS
+    from services.runtime.admin import create_topics, describe_topics
+
+    try:
+        if args.action == "create":
+            created = asyncio.run(create_topics(bootstrap(), prefix=args.prefix))
+            print(f"created {len(created)}: {', '.join(created) or '(all present)'}")
+        states = asyncio.run(describe_topics(bootstrap(), [f"{args.prefix}{t.name}" for t in TOPICS]))
+    except Exception as exc:
+        raise UserError(f"cannot reach Kafka at {bootstrap()}: {exc}", 1) from None
+    print(f"{'topic':<22}{'partitions':>11}  {'cleanup':<9} {'registry':<10} {'key'}")
+    ok = True
+    for spec in TOPICS:
+        name = f"{args.prefix}{spec.name}"
+        state = states.get(name)
+        if state is None:
+            ok = False
+            print(f"{name:<22}{'-':>11}  {'-':<9} {'MISSING':<10} {spec.key}")
+            continue
+        match = state.partitions == spec.partitions and state.cleanup_policy == spec.cleanup_policy
+        ok &= match
+        print(f"{name:<22}{state.partitions:>11}  {state.cleanup_policy:<9} {'ok' if match else 'DIFFERS':<10} {spec.key}")
+    return 0 if ok else 1
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        entry = service(args.service)
+    except KeyError:
+        names = ", ".join(s.name for s in SERVICES if s.available())
+        raise UserError(f"unknown service {args.service!r}; available: {names}") from None
+    if not entry.available():
+        raise UserError(f"service {entry.name!r} is not available in this build ({entry.module} is missing)")
+    return entry.main()(args.rest)
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from borgctl.tail import run
+
+    return run(bootstrap(), args.topic, args.from_beginning, args.limit, args.headers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="borgctl", description="borg-orchestrator control")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", help="start the local stack (Kafka, Jaeger, Kubernetes API, services)")
+    up.add_argument("--only", help=f"comma list of: {', '.join(INFRA_NAMES)}, services")
+    up.add_argument("--no-services", action="store_true", help="infrastructure only")
+    up.set_defaults(fn=cmd_up)
+
+    down = sub.add_parser("down", help="stop the local stack")
+    down.add_argument("--services-only", action="store_true")
+    down.set_defaults(fn=cmd_down)
+
+    sub.add_parser("status", help="each component with its address and health").set_defaults(fn=cmd_status)
+
+    topics = sub.add_parser("topics", help="create or list the registry's topics")
+    topics.add_argument("action", choices=["create", "list"], nargs="?", default="list")
+    topics.add_argument("--prefix", default="", help="topic name prefix (tests)")
+    topics.set_defaults(fn=cmd_topics)
+
+    tail = sub.add_parser("tail", help="pretty-print a topic with headers and trace ids")
+    tail.add_argument("topic")
+    tail.add_argument("--from-beginning", action="store_true")
+    tail.add_argument("-n", "--limit", type=int, default=None, help="stop after N messages")
+    tail.add_argument("--headers", action="store_true", help="print every header")
+    tail.set_defaults(fn=cmd_tail)
+
+    serve = sub.add_parser("serve", help="run one service in the foreground")
+    serve.add_argument("service", help=", ".join(s.name for s in SERVICES))
+    serve.add_argument("rest", nargs=argparse.REMAINDER)
+    serve.set_defaults(fn=cmd_serve)
+
+    for name, (_module, _func, help_text) in DELEGATED.items():
+        p = sub.add_parser(name, help=help_text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(fn=lambda a, n=name: _load(DELEGATED[n][0], DELEGATED[n][1], n)(a.rest))
+
+    train = sub.add_parser("train", help="train a model: failure, regime, anomaly", add_help=False)
+    train.add_argument("model", choices=sorted(TRAIN))
+    train.add_argument("rest", nargs=argparse.REMAINDER)
+    train.set_defaults(fn=lambda a: _load(*TRAIN[a.model], f"train {a.model}")(a.rest))
+
+    ev = sub.add_parser("eval", help="evaluate a model: failure", add_help=False)
+    ev.add_argument("model", choices=sorted(EVAL))
+    ev.add_argument("rest", nargs=argparse.REMAINDER)
+    ev.set_defaults(fn=lambda a: _load(*EVAL[a.model], f"eval {a.model}")(a.rest))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.fn(args)
+        return code
+    except UserError as exc:
+        print(f"borgctl: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

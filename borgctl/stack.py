@@ -1,0 +1,146 @@
+"""The local stack: Kafka, Jaeger and the Kubernetes API from infra/ scripts, plus services."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from borgctl.errors import UserError
+from borgctl.paths import PROJECT_ROOT, state_dir
+from borgctl.registry import SERVICES, ServiceEntry
+
+
+@dataclass(frozen=True)
+class Infra:
+    name: str
+    script: Path
+
+    def installed(self) -> bool:
+        return self.script.exists()
+
+
+INFRA: tuple[Infra, ...] = (
+    Infra("kafka", PROJECT_ROOT / "infra" / "kafka" / "kafka.sh"),
+    Infra("jaeger", PROJECT_ROOT / "infra" / "jaeger" / "jaeger.sh"),
+    Infra("kube", PROJECT_ROOT / "infra" / "kube" / "kube.sh"),
+)
+
+
+def run_script(infra: Infra, action: str, *, capture: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(infra.script), action],
+        text=True,
+        capture_output=capture,
+        check=False,
+    )
+
+
+def infra_up(names: list[str]) -> None:
+    for infra in INFRA:
+        if infra.name not in names:
+            continue
+        if not infra.installed():
+            print(f"{infra.name}: no script at {infra.script}; skipped")
+            continue
+        result = run_script(infra, "start")
+        if result.returncode != 0:
+            raise UserError(f"{infra.name} failed to start (exit {result.returncode}); see messages above", 1)
+
+
+def infra_down(names: list[str]) -> None:
+    for infra in reversed(INFRA):
+        if infra.name in names and infra.installed():
+            run_script(infra, "stop")
+
+
+def infra_status() -> list[tuple[str, bool, str]]:
+    rows = []
+    for infra in INFRA:
+        if not infra.installed():
+            rows.append((infra.name, False, f"{infra.name:<22} {'-':<28} not installed"))
+            continue
+        result = run_script(infra, "status", capture=True)
+        for line in result.stdout.strip().splitlines():
+            rows.append((infra.name, result.returncode == 0, line))
+    return rows
+
+
+# --- services as background processes -------------------------------------------------
+
+def _svc_dir() -> Path:
+    path = state_dir() / "services"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _pid(entry: ServiceEntry) -> int | None:
+    pid_file = _svc_dir() / f"{entry.name}.pid"
+    if not pid_file.exists():
+        return None
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (ValueError, ProcessLookupError, PermissionError):
+        return None
+
+
+def service_up(entry: ServiceEntry, extra_env: dict[str, str] | None = None) -> str:
+    pid = _pid(entry)
+    if pid is not None:
+        return f"{entry.name}: already running (pid {pid})"
+    log = _svc_dir() / f"{entry.name}.log"
+    env = {**os.environ, "LOG_FORMAT": "json", **dict(entry.env), **(extra_env or {})}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "borgctl.main", "serve", entry.name],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=PROJECT_ROOT,
+            start_new_session=True,
+        )
+    (_svc_dir() / f"{entry.name}.pid").write_text(str(proc.pid))
+    time.sleep(0.2)
+    if proc.poll() is not None:
+        raise UserError(f"{entry.name} exited at start (code {proc.returncode}); see {log}", 1)
+    return f"{entry.name}: started (pid {proc.pid}, log {log})"
+
+
+def service_down(entry: ServiceEntry, grace_s: float = 15.0) -> str | None:
+    pid = _pid(entry)
+    if pid is None:
+        return None
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+    (_svc_dir() / f"{entry.name}.pid").unlink(missing_ok=True)
+    return f"{entry.name}: stopped"
+
+
+def services_status() -> list[tuple[str, bool, str]]:
+    rows = []
+    for entry in SERVICES:
+        if not entry.available():
+            continue
+        pid = _pid(entry)
+        state = f"running (pid {pid})" if pid else "stopped"
+        rows.append((entry.name, pid is not None, f"{entry.name:<22} {'service':<28} {state}"))
+    return rows
+
+
+def local_services() -> list[ServiceEntry]:
+    return [s for s in SERVICES if s.in_local_stack and s.available()]

@@ -1,0 +1,276 @@
+"""Pydantic models for every topic in the architecture's topic table."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from contracts.base import (
+    Contract,
+    Name,
+    NonNegFloat,
+    NonNegInt,
+    Probability,
+    TimestampMs,
+)
+
+WORKLOAD_CLASSES: tuple[str, ...] = ("cpu_bound", "llc_sensitive", "memory_bound", "frontend_bound")
+WorkloadClass = Literal["cpu_bound", "llc_sensitive", "memory_bound", "frontend_bound"]
+RegimeName = Literal["none", "llc", "membw", "core", "mixed"]
+REGIMES: tuple[str, ...] = ("none", "llc", "membw", "core", "mixed")
+
+CounterStatus = Literal["counted", "multiplexed", "not_counted", "not_supported"]
+
+
+class Counter(Contract):
+    """One PMU counter reading for one interval.
+
+    `value` is the count scaled for multiplexing (raw * enabled / running);
+    it is absent exactly when the counter produced no number.
+    """
+
+    raw: NonNegFloat | None = None
+    value: NonNegFloat | None = None
+    enabled_ns: NonNegInt = 0
+    running_ns: NonNegInt = 0
+    status: CounterStatus = "counted"
+
+    @model_validator(mode="after")
+    def _value_matches_status(self) -> Counter:
+        counted = self.status in ("counted", "multiplexed")
+        if counted and self.value is None:
+            raise ValueError(f"status {self.status!r} requires a value")
+        if not counted and (self.value is not None or self.raw is not None):
+            raise ValueError(f"status {self.status!r} must not carry a number")
+        if self.running_ns > self.enabled_ns:
+            raise ValueError("running_ns cannot exceed enabled_ns")
+        return self
+
+
+class NodeState(Contract):
+    """What a node agent saw on one node during one sampling interval."""
+
+    node: Name
+    ts_ms: TimestampMs
+    seq: NonNegInt = Field(description="Per-node sequence number, +1 per sample; gaps mean loss")
+    interval_ms: Annotated[int, Field(gt=0, le=3_600_000)]
+    source: Literal["perf_stat", "perf_event", "software", "replay_perfstat", "replay_alibaba", "synthetic"]
+    pmu: Literal["hardware", "software", "recorded"] = Field(
+        description="hardware PMU, software events only (no PMU exposed), or recorded data"
+    )
+    supported_events: list[str] = Field(description="Events this node can count; differs per node")
+    counters: dict[str, Counter] = Field(default_factory=dict)
+    cpu_util: Probability
+    mem_util: Probability
+    cpu_freq_mhz: NonNegFloat | None = Field(
+        default=None,
+        description="Recorded for operators only: excluded from regime features (utilisation confound)",
+    )
+    metrics: dict[str, NonNegFloat] = Field(
+        default_factory=dict,
+        description="Derived metrics reported as such by the source (e.g. Alibaba mem_gps, mkpi)",
+    )
+    cgroups: dict[str, dict[str, Counter]] = Field(
+        default_factory=dict, description="Per-cgroup (per-pod) counters when a cgroup root is configured"
+    )
+
+
+TaskEventType = Literal[
+    "SUBMIT", "SCHEDULE", "EVICT", "FAIL", "FINISH", "KILL", "LOST", "UPDATE_PENDING", "UPDATE_RUNNING"
+]
+BORG_EVENT_TYPES: tuple[str, ...] = (
+    "SUBMIT", "SCHEDULE", "EVICT", "FAIL", "FINISH", "KILL", "LOST", "UPDATE_PENDING", "UPDATE_RUNNING",
+)
+
+
+class TaskEvent(Contract):
+    """A task lifecycle event in the Borg vocabulary (pods map onto tasks)."""
+
+    task_id: Name
+    job_id: Name
+    task_index: NonNegInt
+    ts_ms: TimestampMs
+    event: TaskEventType
+    source: Literal["kubernetes", "google2011", "google2019", "synthetic"]
+    trace_time_us: NonNegInt | None = Field(default=None, description="Original trace time, when replayed")
+    machine: Name | None = None
+    user: str | None = None
+    scheduling_class: Annotated[int, Field(ge=0, le=3)] | None = None
+    priority: int | None = None
+    cpu_request: NonNegFloat | None = None
+    memory_request: NonNegFloat | None = None
+    disk_request: NonNegFloat | None = None
+    different_machines_restriction: bool | None = None
+    missing_info: bool = False
+    namespace: str | None = None
+
+
+class DeploymentState(Contract):
+    namespace: Name
+    name: Name
+    desired_replicas: NonNegInt
+    ready_replicas: NonNegInt
+    available_replicas: NonNegInt
+
+
+class ClusterState(Contract):
+    """Queue and replica health of one cluster (or namespace)."""
+
+    cluster: Name
+    namespace: str | None = None
+    ts_ms: TimestampMs
+    pending_pods: NonNegInt
+    running_pods: NonNegInt
+    oldest_pending_s: NonNegFloat = 0.0
+    queue_health: Literal["healthy", "degraded", "critical"]
+    nodes_total: NonNegInt = 0
+    nodes_ready: NonNegInt = 0
+    deployments: list[DeploymentState] = Field(default_factory=list)
+
+
+class FeatureVector(Contract):
+    """Windowed per-node features; `valid[i]` says whether `values[i]` was measurable."""
+
+    node: Name
+    ts_ms: TimestampMs = Field(description="Window end")
+    window_s: Annotated[int, Field(gt=0)]
+    schema_hash: Annotated[str, Field(min_length=8, max_length=64)]
+    values: list[float]
+    valid: list[bool]
+    samples: Annotated[int, Field(gt=0)]
+    input_ts_ms: TimestampMs = Field(description="Produce time of the newest NodeState in the window")
+
+    @model_validator(mode="after")
+    def _mask_matches(self) -> FeatureVector:
+        if len(self.values) != len(self.valid):
+            raise ValueError(f"values has {len(self.values)} entries but valid has {len(self.valid)}")
+        return self
+
+
+class RegimeLabel(Contract):
+    """Contention regime of a node and the slowdown each workload class would see there."""
+
+    node: Name
+    ts_ms: TimestampMs
+    regime: RegimeName
+    confidence: Probability
+    raw_regime: RegimeName = Field(description="Model output for this window before hysteresis")
+    changed: bool = Field(description="True when the reported regime changed with this message")
+    interference: dict[str, Annotated[float, Field(ge=1.0, le=100.0)]] = Field(
+        description="Predicted slowdown factor per workload class (worst case over co-runners)"
+    )
+    model_version: Name
+    input_ts_ms: TimestampMs
+
+
+class AnomalyScore(Contract):
+    node: Name
+    ts_ms: TimestampMs
+    score: Probability = Field(description="0 normal .. 1 most anomalous")
+    is_anomaly: bool
+    threshold: Probability
+    model_version: Name
+    input_ts_ms: TimestampMs
+
+
+class HorizonRisk(Contract):
+    horizon_s: Annotated[int, Field(gt=0)]
+    probability: Probability
+
+
+class FailureRisk(Contract):
+    target_kind: Literal["task", "node"]
+    target: Name
+    node: Name | None = None
+    ts_ms: TimestampMs
+    horizons: Annotated[list[HorizonRisk], Field(min_length=1)]
+    tasks: NonNegInt = Field(default=1, description="Tasks aggregated (node risk)")
+    model_version: Name
+    input_ts_ms: TimestampMs
+
+
+class TargetRef(Contract):
+    kind: Literal["Deployment", "Node", "Pod", "Namespace"]
+    name: Name
+    namespace: str | None = None
+
+    def key(self) -> str:
+        ns = self.namespace or "_"
+        return f"{self.kind}/{ns}/{self.name}"
+
+
+AgentName = Literal["reliability", "efficiency", "admission"]
+ProposalKind = Literal[
+    "scale_out",
+    "replicate",
+    "consolidate",
+    "memory_balloon",
+    "scale_in",
+    "deprioritize",
+    "throttle",
+    "taint",
+    "cordon",
+    "evict",
+    "hold_admission",
+]
+JsonScalar = str | int | float | bool | None
+
+
+class Evidence(Contract):
+    topic: str
+    key: str
+    field: str
+    value: JsonScalar
+    ts_ms: TimestampMs
+
+
+class Proposal(Contract):
+    proposal_id: Name
+    agent: AgentName
+    kind: ProposalKind
+    target: TargetRef
+    payload: dict[str, JsonScalar] = Field(default_factory=dict)
+    score: Probability
+    evidence: list[Evidence] = Field(default_factory=list)
+    ts_ms: TimestampMs
+    input_ts_ms: TimestampMs | None = None
+
+
+class Decision(Contract):
+    decision_id: Name = Field(description="Deterministic from target and proposals: replays are idempotent")
+    ts_ms: TimestampMs
+    target: TargetRef
+    action: ProposalKind | Literal["none"]
+    chosen_proposal_id: str | None
+    reason: Annotated[str, Field(min_length=1)]
+    proposals: list[Proposal] = Field(description="Every proposal weighed, chosen or not")
+    mode: Literal["apply", "dry-run", "shadow"]
+    trace_id: str | None = None
+
+
+class ActionResult(Contract):
+    decision_id: Name
+    ts_ms: TimestampMs
+    target: TargetRef
+    action: ProposalKind | Literal["none"]
+    outcome: Literal["applied", "dry-run", "shadow", "refused", "failed", "duplicate"]
+    message: str
+    api_status: int | None = None
+    api_response: dict[str, JsonScalar] | None = None
+    trace_id: str | None = None
+
+
+class DeadLetter(Contract):
+    """An input that could not be handled, with everything needed to replay it."""
+
+    source_topic: Name
+    partition: NonNegInt
+    offset: NonNegInt
+    key_b64: str | None
+    value_b64: str | None
+    headers: list[tuple[str, str]] = Field(default_factory=list, description="(name, base64 value)")
+    error: Annotated[str, Field(min_length=1)]
+    error_kind: Literal["malformed", "schema", "processing"]
+    service: Name
+    ts_ms: TimestampMs

@@ -1,0 +1,80 @@
+"""Registry of span names and span attribute names used anywhere in the project.
+
+A test scans the code base and fails when a span attribute or span name is used
+that is not declared here, so traces stay queryable by stable names.
+"""
+
+from __future__ import annotations
+
+# OpenTelemetry messaging semantic conventions (Kafka).
+MESSAGING_SYSTEM = "messaging.system"
+MESSAGING_OPERATION = "messaging.operation.type"
+MESSAGING_DESTINATION = "messaging.destination.name"
+MESSAGING_CONSUMER_GROUP = "messaging.consumer.group.name"
+MESSAGING_KAFKA_PARTITION = "messaging.destination.partition.id"
+MESSAGING_KAFKA_OFFSET = "messaging.kafka.offset"
+MESSAGING_KAFKA_KEY = "messaging.kafka.message.key"
+MESSAGING_BATCH_COUNT = "messaging.batch.message_count"
+
+# Domain attributes.
+SERVICE_STAGE = "borg.stage"
+NODE_NAME = "node.name"
+TASK_ID = "task.id"
+REGIME_LABEL = "regime.label"
+REGIME_CONFIDENCE = "regime.confidence"
+ANOMALY_SCORE = "anomaly.score"
+RISK_HORIZON_S = "risk.horizon_s"
+RISK_PROBABILITY = "risk.probability"
+PROPOSAL_AGENT = "proposal.agent"
+PROPOSAL_KIND = "proposal.kind"
+PROPOSAL_ID = "proposal.id"
+PROPOSAL_COUNT = "proposal.count"
+DECISION_ID = "decision.id"
+DECISION_ACTION = "decision.action"
+DECISION_MODE = "decision.mode"
+ACTION_OUTCOME = "action.outcome"
+K8S_VERB = "k8s.verb"
+K8S_OBJECT = "k8s.object"
+K8S_NAMESPACE = "k8s.namespace.name"
+K8S_STATUS_CODE = "k8s.status_code"
+DEADLETTER_KIND = "deadletter.kind"
+ERROR_MESSAGE = "error.message"
+MODEL_VERSION = "model.version"
+EXTENDER_NODES = "extender.nodes"
+EXTENDER_WORKLOAD_CLASS = "extender.workload_class"
+
+SPAN_ATTRIBUTES: frozenset[str] = frozenset(
+    value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
+)
+
+# Span names: "<topic> process" / "<topic> publish" follow the messaging conventions;
+# the rest name one step of work.
+SPAN_PROCESS = "{topic} process"
+SPAN_PUBLISH = "{topic} publish"
+SPAN_DEADLETTER = "deadletter publish"
+SPAN_NODE_SAMPLE = "node_agent sample"
+SPAN_FEATURES_WINDOW = "features window"
+SPAN_REGIME_INFER = "regime infer"
+SPAN_ANOMALY_INFER = "anomaly infer"
+SPAN_RISK_INFER = "risk infer"
+SPAN_AGENT_EVALUATE = "agent evaluate"
+SPAN_REFEREE_DECIDE = "referee decide"
+SPAN_K8S_WRITE = "k8s write"
+SPAN_EXTENDER_FILTER = "extender filter"
+SPAN_EXTENDER_PRIORITIZE = "extender prioritize"
+
+SPAN_NAMES: frozenset[str] = frozenset(
+    {
+        SPAN_DEADLETTER,
+        SPAN_NODE_SAMPLE,
+        SPAN_FEATURES_WINDOW,
+        SPAN_REGIME_INFER,
+        SPAN_ANOMALY_INFER,
+        SPAN_RISK_INFER,
+        SPAN_AGENT_EVALUATE,
+        SPAN_REFEREE_DECIDE,
+        SPAN_K8S_WRITE,
+        SPAN_EXTENDER_FILTER,
+        SPAN_EXTENDER_PRIORITIZE,
+    }
+)

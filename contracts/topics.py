@@ -1,0 +1,74 @@
+"""The topic registry: the one place that says which topics exist and what they carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from contracts.base import Contract
+from contracts.models import (
+    ActionResult,
+    AnomalyScore,
+    ClusterState,
+    Decision,
+    DeadLetter,
+    FailureRisk,
+    FeatureVector,
+    NodeState,
+    Proposal,
+    RegimeLabel,
+    TaskEvent,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicSpec:
+    name: str
+    key: str
+    model: type[Contract]
+    partitions: int
+    compacted: bool = False
+    retention_ms: int = 24 * 3600 * 1000
+    extra_config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def schema(self) -> str:
+        return self.name
+
+    @property
+    def cleanup_policy(self) -> str:
+        return "compact" if self.compacted else "delete"
+
+    def config(self) -> dict[str, str]:
+        cfg = {"cleanup.policy": self.cleanup_policy, **self.extra_config}
+        if not self.compacted:
+            cfg["retention.ms"] = str(self.retention_ms)
+        return cfg
+
+
+TOPICS: tuple[TopicSpec, ...] = (
+    TopicSpec(name="nodestate.v1", key="node", model=NodeState, partitions=6),
+    TopicSpec(name="taskevents.v1", key="task id", model=TaskEvent, partitions=6),
+    TopicSpec(name="clusterstate.v1", key="cluster/namespace", model=ClusterState, partitions=1, compacted=True),
+    TopicSpec(name="features.v1", key="node", model=FeatureVector, partitions=6),
+    TopicSpec(name="regimes.v1", key="node", model=RegimeLabel, partitions=6, compacted=True),
+    TopicSpec(name="anomalies.v1", key="node", model=AnomalyScore, partitions=6, compacted=True),
+    TopicSpec(name="risk.v1", key="task or node", model=FailureRisk, partitions=6, compacted=True),
+    TopicSpec(name="proposals.v1", key="target", model=Proposal, partitions=3),
+    TopicSpec(name="decisions.v1", key="target", model=Decision, partitions=3),
+    TopicSpec(name="actions.v1", key="target", model=ActionResult, partitions=3),
+    TopicSpec(name="deadletter.v1", key="source topic", model=DeadLetter, partitions=1, retention_ms=7 * 24 * 3600 * 1000),
+)
+
+_BY_NAME = {spec.name: spec for spec in TOPICS}
+DEADLETTER_TOPIC = "deadletter.v1"
+
+
+def topic_spec(name: str) -> TopicSpec:
+    """The spec of a registered topic; a topic with a test/namespace prefix maps to its base."""
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    for base, spec in _BY_NAME.items():
+        if name.endswith("." + base) or name.endswith("-" + base):
+            return spec
+    known = ", ".join(_BY_NAME)
+    raise KeyError(f"unknown topic {name!r}; registered topics: {known}")

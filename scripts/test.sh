@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make test`: start every real service the tests need (Kafka, Jaeger, Kubernetes API),
+# then run the whole pytest suite. Fails when the suite fails or runs no test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export BORG_CACHE="${BORG_CACHE:-$HOME/.cache/borg-orchestrator}"
+mkdir -p test-artifacts
+
+echo "== local stack for tests"
+bash infra/kafka/kafka.sh start
+for component in jaeger kube; do
+  script="infra/$component/$component.sh"
+  if [[ -x "$script" || -f "$script" ]]; then
+    bash "$script" start
+  fi
+done
+.venv/bin/borgctl topics create >/dev/null
+
+echo "== pytest"
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider --junitxml=test-artifacts/junit.xml "$@"
+rc=$?
+set -e
+if [[ $rc -eq 5 ]]; then
+  echo "make test: no test was collected — that is a failure" >&2
+  exit 1
+fi
+exit $rc

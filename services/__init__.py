@@ -1,0 +1,1 @@
+"""borg-orchestrator services: each sub-package is one process talking only through Kafka topics."""

@@ -1,0 +1,60 @@
+"""Running one service process: logging, tracing, health endpoint, graceful SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from services.runtime.health import HealthServer
+from services.runtime.logs import setup_logging
+from services.runtime.settings import RuntimeSettings, load_settings
+from services.runtime.telemetry import setup_tracing, shutdown_tracing
+
+log = logging.getLogger(__name__)
+S = TypeVar("S", bound=RuntimeSettings)
+ServiceBody = Callable[[S, asyncio.Event, HealthServer], Awaitable[None]]
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def _supervise(name: str, settings: S, body: ServiceBody[S]) -> None:
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    health = HealthServer(settings.health_host, settings.health_port)
+    await health.start()
+    task = asyncio.create_task(body(settings, stop, health), name=name)
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        stopper.cancel()
+        await health.stop()
+        task.result()  # re-raise a crash
+        return
+    log.info("stop requested; finishing in-flight work (grace %.0fs)", settings.shutdown_grace_s)
+    try:
+        await asyncio.wait_for(task, timeout=settings.shutdown_grace_s)
+    except TimeoutError:
+        log.warning("grace period exceeded; cancelling")
+        task.cancel()
+    finally:
+        await health.stop()
+
+
+def run_service(name: str, settings_cls: type[S], body: ServiceBody[S]) -> int:
+    """Entry point for `borgctl serve <name>`: returns the process exit code."""
+    settings = load_settings(settings_cls)
+    setup_logging(name, settings.log_level, settings.log_format)
+    setup_tracing(name, settings.otel_endpoint, settings.otel_sample_ratio)
+    try:
+        asyncio.run(_supervise(name, settings, body))
+    finally:
+        shutdown_tracing()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,52 @@
+"""Base settings every service extends: frozen, keyword-only, env-driven, checked at start-up."""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal, TypeVar
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+S = TypeVar("S", bound="RuntimeSettings")
+
+
+class RuntimeSettings(BaseSettings):
+    """Settings common to every service; a service subclasses this with its own env prefix."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="", case_sensitive=False)
+
+    kafka_bootstrap: str = Field(default="127.0.0.1:9092", validation_alias="KAFKA_BOOTSTRAP")
+    topic_prefix: str = Field(
+        default="",
+        validation_alias="BORG_TOPIC_PREFIX",
+        description="Prepended to every topic name (tests and multi-tenant brokers)",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", validation_alias="LOG_LEVEL")
+    log_format: Literal["json", "text"] = Field(default="json", validation_alias="LOG_FORMAT")
+    health_host: str = Field(default="127.0.0.1", validation_alias="HEALTH_HOST")
+    health_port: int = Field(default=0, ge=0, le=65535, validation_alias="HEALTH_PORT")
+    otel_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    otel_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, validation_alias="OTEL_SAMPLE_RATIO")
+    shutdown_grace_s: float = Field(default=10.0, gt=0, le=300, validation_alias="SHUTDOWN_GRACE_S")
+    error_policy: Literal["deadletter", "crash"] = Field(default="deadletter", validation_alias="ERROR_POLICY")
+
+    def topic(self, base: str) -> str:
+        return f"{self.topic_prefix}{base}"
+
+
+class SettingsError(SystemExit):
+    """Start-up failure caused by a missing or bad setting (message names the variable)."""
+
+
+def load_settings(cls: type[S]) -> S:
+    """Build the settings or exit with one line per bad variable."""
+    try:
+        return cls()
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            name = ".".join(str(p) for p in err["loc"]).upper()
+            lines.append(f"setting {name}: {err['msg']} (got {err.get('input')!r})")
+        print(f"{cls.__name__}: invalid configuration\n  " + "\n  ".join(lines), file=sys.stderr)
+        raise SettingsError(2) from None
