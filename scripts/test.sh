@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 export BORG_CACHE="${BORG_CACHE:-$HOME/.cache/borg-orchestrator}"
 mkdir -p test-artifacts
 
+bash scripts/ensure-system.sh
+
 echo "== local stack for tests"
 bash infra/kafka/kafka.sh start
 for component in jaeger kube; do

@@ -1,0 +1,79 @@
+"""`borgctl bench {pipeline,inference,agent,referee,extender,reference,all} [--quick] --out FILE`.
+
+Every benchmark shares this harness and writes the one result format
+(`loadtests.bench_format`), with reference ceilings measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadtests.bench_format import Result, write_results
+
+# name → (module, function, takes_bootstrap)
+BENCHES: dict[str, tuple[str, str, bool]] = {
+    "pipeline": ("loadtests.bench_pipeline", "run_pipeline_bench", True),
+    "inference": ("loadtests.bench_inference", "run_inference_bench", False),
+    "agent": ("services.node_agent.bench", "run_agent_bench", False),
+    "referee": ("services.referee.bench", "run_referee_bench", True),
+    "extender": ("services.scheduler_extender.bench", "run_extender_bench", False),
+}
+
+
+def _rows(results: list[Any]) -> list[dict[str, Any]]:
+    return [r.row() if isinstance(r, Result) else dict(r) for r in results]
+
+
+def _run_one(name: str, quick: bool, bootstrap: str) -> list[dict[str, Any]]:
+    module_name, func_name, takes_bootstrap = BENCHES[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            print(f"bench {name}: not available in this build ({module_name} missing)", file=sys.stderr)
+            return []
+        raise
+    func: Callable[..., list[Any]] = getattr(module, func_name)
+    print(f"bench {name}: running{' (quick)' if quick else ''}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    rows = _rows(func(quick, bootstrap) if takes_bootstrap else func(quick))
+    print(f"bench {name}: {len(rows)} results in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="borgctl bench", description=__doc__)
+    parser.add_argument("which", choices=[*BENCHES, "reference", "all"])
+    parser.add_argument("--quick", action="store_true", help="a run under two minutes per benchmark")
+    parser.add_argument("--out", type=Path, required=True, help="JSON results file")
+    parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap (default $KAFKA_BOOTSTRAP or 127.0.0.1:9092)")
+    parser.add_argument("--no-reference", action="store_true", help="skip the Kafka/aiokafka reference ceilings")
+    args = parser.parse_args(argv)
+    from borgctl.paths import bootstrap as default_bootstrap
+
+    bootstrap = args.bootstrap or default_bootstrap()
+    rows: list[dict[str, Any]] = []
+    needs_broker = args.which in ("pipeline", "referee", "reference", "all")
+    if needs_broker and not args.no_reference:
+        from loadtests.bench_reference import kafka_native, passthrough
+
+        print("bench reference: Kafka's own producer/consumer perf and raw aiokafka pass-through", file=sys.stderr)
+        try:
+            rows += _rows(kafka_native(bootstrap, args.quick))
+            rows += _rows(passthrough(bootstrap, args.quick))
+        except Exception as exc:  # report, then still run the benchmark itself
+            print(f"bench reference: failed: {exc}", file=sys.stderr)
+    names = list(BENCHES) if args.which == "all" else ([] if args.which == "reference" else [args.which])
+    for name in names:
+        rows += _run_one(name, args.quick, bootstrap)
+    write_results(args.out, rows)
+    for row in rows:
+        print(f"{row['bench']:<10} {row['case']:<28} {row['metric']:<12} {row['value']:>12.2f} {row['unit']}")
+    print(f"wrote {len(rows)} results to {args.out}", file=sys.stderr)
+    return 0 if rows else 1
