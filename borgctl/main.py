@@ -116,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_tail(args: argparse.Namespace) -> int:
     from borgctl.tail import run
 
-    return run(bootstrap(), args.topic, args.from_beginning, args.limit, args.headers)
+    return run(bootstrap(), args.topic, args.from_beginning, args.limit, args.headers, args.summary, args.seconds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,10 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     topics.set_defaults(fn=cmd_topics)
 
     tail = sub.add_parser("tail", help="pretty-print a topic with headers and trace ids")
-    tail.add_argument("topic")
+    tail.add_argument("topic", nargs="+", help="one or more registry topics")
     tail.add_argument("--from-beginning", action="store_true")
     tail.add_argument("-n", "--limit", type=int, default=None, help="stop after N messages")
     tail.add_argument("--headers", action="store_true", help="print every header")
+    tail.add_argument("--summary", action="store_true", help="one line per message (decisions, actions, dead letters)")
+    tail.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
     tail.set_defaults(fn=cmd_tail)
 
     serve = sub.add_parser("serve", help="run one service in the foreground")

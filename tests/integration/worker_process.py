@@ -19,6 +19,10 @@ from services.runtime.worker import Incoming, Outgoing, StreamWorker
 
 
 async def main(bootstrap: str, prefix: str, group: str, logfile: str) -> None:
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        from services.runtime.telemetry import setup_tracing
+
+        setup_tracing("test-worker", os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
     out = open(logfile, "a", buffering=1)  # noqa: SIM115 - closed at process exit
     producer = Producer(bootstrap=bootstrap, client_id="worker-proc", topic_prefix=prefix)
     await producer.start()
@@ -41,6 +45,10 @@ async def main(bootstrap: str, prefix: str, group: str, logfile: str) -> None:
         await worker.run(stop)
     finally:
         await producer.stop()
+        if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+            from services.runtime.telemetry import shutdown_tracing
+
+            shutdown_tracing()
 
 
 if __name__ == "__main__":
