@@ -171,9 +171,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        # Delegated commands own their arguments (argparse's REMAINDER drops leading options).
+        if argv and argv[0] in DELEGATED:
+            module, func, _ = DELEGATED[argv[0]]
+            return _load(module, func, argv[0])(argv[1:])
+        if len(argv) >= 2 and argv[0] in ("train", "eval"):
+            table = TRAIN if argv[0] == "train" else EVAL
+            if argv[1] in table:
+                return _load(*table[argv[1]], f"{argv[0]} {argv[1]}")(argv[2:])
+        args = parser.parse_args(argv)
         code: int = args.fn(args)
         return code
     except UserError as exc:
