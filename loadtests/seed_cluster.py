@@ -1,0 +1,79 @@
+"""Seed the local (kubelet-less) Kubernetes API with the objects `make run` acts on.
+
+    python -m loadtests.seed_cluster --nodes 20 [--namespace demo]
+
+Creates Node objects named like the synthetic simulator's nodes (sim-0000, …) with
+capacity and a Ready condition, a namespace with a few Deployments (pods get bound to
+those nodes by the real scheduler), and a PodDisruptionBudget. Idempotent (apply).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+KUBE = ROOT / "infra" / "kube" / "kube.sh"
+DEPLOYMENTS = (("web", 6, "memory_bound"), ("batch", 4, "cpu_bound"), ("cache", 3, "llc_sensitive"))
+
+
+def kubectl(*args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(["bash", str(KUBE), "kubectl", *args], input=stdin, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"seed-cluster: kubectl {' '.join(args[:3])} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def node(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+        "kubernetes.io/hostname": name, "borg-orchestrator.io/simulated": "true"}}}
+
+
+def deployment(namespace: str, name: str, replicas: int, workload: str) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace,
+                     "annotations": {"borg-orchestrator.io/min-replicas": "2",
+                                     "borg-orchestrator.io/max-replicas": "12"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": {**labels, "borg-orchestrator.io/workload-class": workload}},
+            "spec": {"containers": [{"name": name, "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}]}}},
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="seed-cluster", description=__doc__)
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--prefix", default="sim-")
+    parser.add_argument("--namespace", default="demo")
+    args = parser.parse_args(argv)
+    names = [f"{args.prefix}{i:04d}" for i in range(args.nodes)]
+    docs: list[dict[str, Any]] = [node(n) for n in names]
+    docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": args.namespace}})
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    status = {"status": {
+        "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+        "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated node"}],
+    }}
+    for name in names:
+        kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    workloads = [deployment(args.namespace, n, r, w) for n, r, w in DEPLOYMENTS]
+    workloads.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                      "metadata": {"name": "web", "namespace": args.namespace},
+                      "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "web"}}}})
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads}))
+    print(f"seed-cluster: {len(names)} nodes ({names[0]}…{names[-1]}), namespace {args.namespace} with "
+          + ", ".join(f"{n}×{r}" for n, r, _ in DEPLOYMENTS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
