@@ -42,6 +42,24 @@ ERROR_MESSAGE = "error.message"
 MODEL_VERSION = "model.version"
 EXTENDER_NODES = "extender.nodes"
 EXTENDER_WORKLOAD_CLASS = "extender.workload_class"
+# Decision plane (agents, referee, cluster watcher).
+PROPOSAL_SCORE = "proposal.score"
+DECISION_TARGET = "decision.target"
+DECISION_REASON = "decision.reason"
+K8S_RESOURCE = "k8s.resource"
+K8S_WATCH_EVENT = "k8s.watch.event_type"
+K8S_EVENTS_EMITTED = "k8s.watch.task_events"
+# Scheduler extender (one span per filter/prioritize request; per-node arrays are parallel to node.names).
+EXTENDER_POD = "extender.pod"
+EXTENDER_CLASS_SOURCE = "extender.workload_class.source"
+EXTENDER_FILTERED = "extender.filtered"
+EXTENDER_FALLBACK = "extender.fallback"
+EXTENDER_NODES_UNKNOWN = "extender.nodes_unknown"
+EXTENDER_NODE_NAMES = "extender.node.names"
+EXTENDER_NODE_SCORES = "extender.node.scores"
+EXTENDER_NODE_VERDICTS = "extender.node.verdicts"
+EXTENDER_NODE_INPUTS = "extender.node.inputs"
+EXTENDER_DETAIL_TRUNCATED = "extender.detail_truncated"
 
 SPAN_ATTRIBUTES: frozenset[str] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
@@ -62,6 +80,8 @@ SPAN_REFEREE_DECIDE = "referee decide"
 SPAN_K8S_WRITE = "k8s write"
 SPAN_EXTENDER_FILTER = "extender filter"
 SPAN_EXTENDER_PRIORITIZE = "extender prioritize"
+SPAN_WATCHER_EVENT = "cluster_watcher event"
+SPAN_WATCHER_STATE = "cluster_watcher state"
 
 SPAN_NAMES: frozenset[str] = frozenset(
     {
@@ -76,5 +96,7 @@ SPAN_NAMES: frozenset[str] = frozenset(
         SPAN_K8S_WRITE,
         SPAN_EXTENDER_FILTER,
         SPAN_EXTENDER_PRIORITIZE,
+        SPAN_WATCHER_EVENT,
+        SPAN_WATCHER_STATE,
     }
 )

@@ -45,8 +45,14 @@ def load_settings(cls: type[S]) -> S:
         return cls()
     except ValidationError as exc:
         lines = []
+        prefix = str(cls.model_config.get("env_prefix") or "")
         for err in exc.errors():
-            name = ".".join(str(p) for p in err["loc"]).upper()
+            name = ".".join(str(p) for p in err["loc"])
+            field = cls.model_fields.get(name)
+            # Report the environment variable the operator sets, not the Python field name.
+            if field is not None and field.validation_alias is None:
+                name = f"{prefix}{name}"
+            name = name.upper()
             lines.append(f"setting {name}: {err['msg']} (got {err.get('input')!r})")
         print(f"{cls.__name__}: invalid configuration\n  " + "\n  ".join(lines), file=sys.stderr)
         raise SettingsError(2) from None

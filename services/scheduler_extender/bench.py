@@ -1,0 +1,302 @@
+"""`borgctl bench extender`: latency of the extender's prioritize path for 100, 1,000 and 5,000 candidate nodes.
+
+Cases (rows in the project's benchmark format, times in ms):
+
+- ``nodes=N`` — the prioritize handler in-process: request bytes (``ExtenderArgs`` with ``NodeNames`` only,
+  a realistic Pod) → parse → score → ``HostPriorityList`` bytes. This is the path the 5 ms p99 target is for.
+  Also ``cpu_p50``/``cpu_p99``: CPU time of the thread for the same calls (excludes time the OS gave to other
+  processes, which dominates wall-clock tails on a busy 2-core machine).
+- ``nodes=N,path=score`` — the pure scoring function alone on already-parsed names.
+- ``nodes=N,verb=filter`` — the filter handler in-process (10 % of nodes severe for the pod's class).
+- ``nodes=N,path=http`` — a full HTTP round trip over loopback to the extender's aiohttp server running in
+  a separate process (like kube-scheduler → extender), keep-alive connection, client in this process.
+
+State: 90 % of the candidates have fresh regime/anomaly/risk, 5 % stale, 5 % unknown (not held).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import http.client
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRisk, HorizonRisk, RegimeLabel, RegimeName
+from services.scheduler_extender.extender import Extender
+from services.scheduler_extender.scoring import CLASS_INDEX, ScoringConfig
+from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
+from services.scheduler_extender.state import NodeStateStore
+
+SIZES = (100, 1_000, 5_000)
+BENCH = "extender"
+POD_CLASS = "memory_bound"
+REGIMES: tuple[RegimeName, ...] = ("none", "llc", "membw", "core", "mixed")
+
+
+def node_name(i: int) -> str:
+    return f"bench-node-{i:05d}.pool-a.cluster.local"
+
+
+def synthetic_store(nodes: int, now_ms: int, seed: int = 7) -> NodeStateStore:
+    """State for `nodes` nodes: 90 % fresh, 5 % stale, 5 % never seen (10 % severe for memory_bound)."""
+    rnd = random.Random(seed)
+    store = NodeStateStore(ScoringConfig())
+    stale_ms = store.cfg.staleness_ms + 60_000
+    for i in range(nodes):
+        if i % 20 == 19:
+            continue  # unknown
+        ts = now_ms - (stale_ms if i % 20 == 18 else rnd.randrange(0, 30_000))
+        name = node_name(i)
+        severe = i % 10 == 3
+        regime = "membw" if severe else rnd.choice(REGIMES)
+        interference = {c: round(1.0 + rnd.random() * 0.4, 3) for c in WORKLOAD_CLASSES}
+        if severe:
+            interference[POD_CLASS] = 2.0 + rnd.random()
+        store.apply(
+            RegimeLabel(
+                node=name,
+                ts_ms=ts,
+                regime=regime,
+                confidence=0.6 + rnd.random() * 0.4,
+                raw_regime=regime,
+                changed=False,
+                interference=interference,
+                model_version="bench",
+                input_ts_ms=ts,
+            ),
+            now_ms,
+        )
+        store.apply(
+            AnomalyScore(
+                node=name,
+                ts_ms=ts,
+                score=rnd.random() * 0.6,
+                is_anomaly=False,
+                threshold=0.9,
+                model_version="bench",
+                input_ts_ms=ts,
+            ),
+            now_ms,
+        )
+        store.apply(
+            FailureRisk(
+                target_kind="node",
+                target=name,
+                ts_ms=ts,
+                model_version="bench",
+                input_ts_ms=ts,
+                horizons=[HorizonRisk(horizon_s=h, probability=rnd.random() * 0.4) for h in (600, 3600)],
+            ),
+            now_ms,
+        )
+    return store
+
+
+def pod_json(name: str = "bench-pod", workload_class: str = POD_CLASS) -> dict[str, Any]:
+    """A Pod as kube-scheduler serializes it into ExtenderArgs (status and managed fields included)."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "bench",
+            "uid": "6f1c1d1e-0000-4000-8000-000000000001",
+            "resourceVersion": "123456",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"app": "bench", DEFAULT_CLASS_KEY: workload_class},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "bench-7d9f",
+                    "uid": "6f1c1d1e-0000-4000-8000-000000000002",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}},
+                }
+            ],
+            "restartPolicy": "Always",
+            "schedulerName": "borg-orchestrator",
+            "priority": 0,
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            ],
+        },
+        "status": {"phase": "Pending", "qosClass": "Burstable"},
+    }
+
+
+def args_body(names: list[str], workload_class: str = POD_CLASS) -> bytes:
+    return orjson.dumps({"Pod": pod_json(workload_class=workload_class), "Nodes": None, "NodeNames": names})
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def measure(call: Callable[[], object], iterations: int, warmup: int = 20) -> tuple[list[float], list[float]]:
+    """Wall-clock and thread-CPU milliseconds per call."""
+    for _ in range(warmup):
+        call()
+    wall: list[float] = []
+    cpu: list[float] = []
+    for _ in range(iterations):
+        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+        call()
+        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        wall.append((w1 - w0) / 1e6)
+        cpu.append((c1 - c0) / 1e6)
+    return wall, cpu
+
+
+def rows(
+    case: str, values: list[float], metric: str = "latency", quantiles: tuple[int, ...] = (50, 99)
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "bench": BENCH,
+            "case": case,
+            "metric": f"{metric}_p{q}",
+            "value": round(percentile(values, q), 4),
+            "unit": "ms",
+        }
+        for q in quantiles
+    ]
+
+
+# ---------------------------------------------------------------- HTTP server in a child process
+
+
+async def _serve(nodes: int) -> None:
+    from services.scheduler_extender.server import ExtenderServer
+
+    store = synthetic_store(nodes, int(time.time() * 1000))
+    extender = Extender(store, class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound")
+    server = ExtenderServer(extender, host="127.0.0.1", port=0)
+    await server.start()
+    gc.collect()
+    gc.freeze()  # as the service does once its state is loaded
+    print(f"PORT {server.bound_port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+
+
+def _http_rows(iterations: int) -> list[dict[str, Any]]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "services.scheduler_extender.bench", "serve", "--nodes", str(max(SIZES))],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    out: list[dict[str, Any]] = []
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"extender bench server did not start (got {line!r})")
+        conn = http.client.HTTPConnection("127.0.0.1", int(line.split()[1]), timeout=10)
+        for n in SIZES:
+            body = args_body([node_name(i) for i in range(n)])
+
+            def call(body: bytes = body) -> None:
+                conn.request("POST", "/prioritize", body=body, headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                data = response.read()
+                if response.status != 200 or not data.startswith(b"["):
+                    raise RuntimeError(f"prioritize answered {response.status}: {data[:200]!r}")
+
+            wall, _ = measure(call, iterations)
+            out += rows(f"nodes={n},path=http", wall)
+        conn.close()
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    return out
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def run_extender_bench(quick: bool) -> list[dict[str, Any]]:
+    """Rows for `borgctl bench extender` (the lead's harness writes them with the machine description)."""
+    iterations = 300 if quick else 2000
+    out: list[dict[str, Any]] = []
+    now_ms = int(time.time() * 1000)
+    store = synthetic_store(max(SIZES), now_ms)
+    extender = Extender(store, class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound")
+    ci = CLASS_INDEX[POD_CLASS]
+    gc.collect()
+    gc.freeze()  # as the service does once its state is loaded (undone below)
+    try:
+        out += _in_process_rows(store, extender, ci, now_ms, iterations)
+    finally:
+        gc.unfreeze()
+    out += _http_rows(iterations)
+    return out
+
+
+def _in_process_rows(
+    store: NodeStateStore, extender: Extender, ci: int, now_ms: int, iterations: int
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for n in SIZES:
+        names = [node_name(i) for i in range(n)]
+        body = args_body(names)
+        wall, cpu = measure(lambda body=body: extender.prioritize(body), iterations)  # type: ignore[misc]
+        out += rows(f"nodes={n}", wall) + rows(f"nodes={n}", cpu, metric="cpu")
+        wall, _ = measure(lambda names=names: store.priorities(names, ci, now_ms), iterations)  # type: ignore[misc]
+        out += rows(f"nodes={n},path=score", wall)
+        wall, _ = measure(lambda body=body: extender.filter(body), iterations)  # type: ignore[misc]
+        out += rows(f"nodes={n},verb=filter", wall)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services.scheduler_extender.bench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve synthetic state over HTTP (the benchmark's child process)")
+    serve.add_argument("--nodes", type=int, default=max(SIZES))
+    run = sub.add_parser("run", help="run the benchmark and print the rows")
+    run.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        asyncio.run(_serve(args.nodes))
+        return 0
+    for row in run_extender_bench(args.quick):
+        print(orjson.dumps(row).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,293 @@
+"""Pure scoring rules: one node's latest inputs → a verdict and a 0–10 score per workload class.
+
+No I/O and no clock: the caller passes ``now_ms``. Rules (see docs/scheduler_extender.md):
+
+- An input (regime, anomaly, node risk) is *fresh* when ``now_ms - ts_ms <= staleness_ms``; a stale or
+  missing input is *unknown*: it never filters a node and scores the neutral ``unknown_penalty``.
+- Slowdown of class ``c`` on a node = ``interference[c]`` of the fresh regime label (already the worst case
+  over co-runners). When the label has no entry for ``c`` the worst entry it has is used; an empty map means
+  1.0 for regime ``none`` and unknown otherwise. Slowdowns are never summed or multiplied: several sources
+  are combined with ``max``.
+- Filter: a node fails for class ``c`` when (confidence >= ``min_confidence`` and slowdown >= ``max_slowdown``)
+  or anomaly score >= ``anomaly_threshold`` or node failure probability >= ``risk_threshold``.
+- Score: penalties in [0, 1] — slowdown ``(s - 1) / (max_slowdown - 1)``, risk ``p / risk_threshold``,
+  anomaly ``a / anomaly_threshold``, each capped at 1 — are averaged with the weights;
+  ``score = round_half_up(10 * (1 - penalty))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRisk, RegimeLabel
+
+MIN_SCORE = 0
+MAX_SCORE = 10
+NEVER_MS = 2**62  # "does not expire"
+REASON_PREFIX = "borg-orchestrator: "
+CLASS_INDEX: dict[str, int] = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
+InputStatus = Literal["fresh", "stale", "missing"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringConfig:
+    max_slowdown: float = 1.5
+    min_confidence: float = 0.5
+    anomaly_threshold: float = 0.9
+    risk_threshold: float = 0.8
+    risk_horizon_s: int | None = None
+    staleness_ms: int = 120_000
+    weight_slowdown: float = 0.6
+    weight_risk: float = 0.25
+    weight_anomaly: float = 0.15
+    unknown_penalty: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_slowdown <= 1.0:
+            raise ValueError("max_slowdown must be > 1")
+        if self.weight_slowdown + self.weight_risk + self.weight_anomaly <= 0:
+            raise ValueError("at least one weight must be positive")
+
+
+class RegimeIn(NamedTuple):
+    """What scoring uses of a RegimeLabel."""
+
+    ts_ms: int
+    regime: str
+    confidence: float
+    interference: tuple[tuple[str, float], ...]
+
+    @classmethod
+    def of(cls, label: RegimeLabel) -> RegimeIn:
+        return cls(label.ts_ms, label.regime, label.confidence, tuple(label.interference.items()))
+
+
+class AnomalyIn(NamedTuple):
+    ts_ms: int
+    score: float
+
+    @classmethod
+    def of(cls, anomaly: AnomalyScore) -> AnomalyIn:
+        return cls(anomaly.ts_ms, anomaly.score)
+
+
+class RiskIn(NamedTuple):
+    """Node failure probability at the configured horizon (or the worst horizon)."""
+
+    ts_ms: int
+    probability: float
+    horizon_s: int
+
+    @classmethod
+    def of(cls, risk: FailureRisk, horizon_s: int | None) -> RiskIn:
+        return cls(risk.ts_ms, *risk_probability(risk, horizon_s))
+
+
+class NodeInputs(NamedTuple):
+    """The latest input of each kind for one node (None: never seen)."""
+
+    regime: RegimeIn | None = None
+    anomaly: AnomalyIn | None = None
+    risk: RiskIn | None = None
+
+    @classmethod
+    def of(
+        cls,
+        regime: RegimeLabel | None = None,
+        anomaly: AnomalyScore | None = None,
+        risk: FailureRisk | None = None,
+        *,
+        horizon_s: int | None = None,
+    ) -> NodeInputs:
+        return cls(
+            RegimeIn.of(regime) if regime is not None else None,
+            AnomalyIn.of(anomaly) if anomaly is not None else None,
+            RiskIn.of(risk, horizon_s) if risk is not None else None,
+        )
+
+
+class NodeCard(NamedTuple):
+    """A node's inputs as used, and the verdict for every workload class (per-class tuples, index CLASS_INDEX)."""
+
+    regime: str | None
+    confidence: float | None
+    regime_status: InputStatus
+    regime_age_ms: int | None
+    anomaly: float | None
+    anomaly_status: InputStatus
+    anomaly_age_ms: int | None
+    risk: float | None
+    risk_horizon_s: int | None
+    risk_status: InputStatus
+    risk_age_ms: int | None
+    known: bool  # at least one fresh input
+    scores: tuple[int, ...]  # 0..10
+    reasons: tuple[str | None, ...]  # FailedNodes message (stable text the scheduler can aggregate); None = passes
+    details: tuple[str | None, ...]  # the same with the numbers that crossed the thresholds
+    slowdowns: tuple[float | None, ...]  # None = unknown
+    penalties: tuple[float, ...]  # weighted, 0 (best) .. 1 (worst)
+    summaries: tuple[str, ...]  # one line per class for spans
+    expires_ms: int  # when a fresh input turns stale and the card must be recomputed
+
+    def explain(self, class_index: int) -> dict[str, object]:
+        return {
+            "score": self.scores[class_index],
+            "filtered": self.details[class_index],
+            "penalty": round(self.penalties[class_index], 4),
+            "slowdown": self.slowdowns[class_index],
+            "regime": {
+                "value": self.regime,
+                "confidence": self.confidence,
+                "status": self.regime_status,
+                "age_ms": self.regime_age_ms,
+            },
+            "anomaly": {"score": self.anomaly, "status": self.anomaly_status, "age_ms": self.anomaly_age_ms},
+            "risk": {
+                "probability": self.risk,
+                "horizon_s": self.risk_horizon_s,
+                "status": self.risk_status,
+                "age_ms": self.risk_age_ms,
+            },
+        }
+
+
+def risk_probability(risk: FailureRisk, horizon_s: int | None) -> tuple[float, int]:
+    """Failure probability at the configured horizon, or the worst over all horizons (and that horizon)."""
+    if horizon_s is not None:
+        for h in risk.horizons:
+            if h.horizon_s == horizon_s:
+                return h.probability, h.horizon_s
+    worst = max(risk.horizons, key=lambda h: (h.probability, -h.horizon_s))
+    return worst.probability, worst.horizon_s
+
+
+def class_slowdown(regime: RegimeIn, workload_class: str) -> float | None:
+    """Predicted slowdown of a class on the labelled node: conservative (max), never summed."""
+    worst: float | None = None
+    for name, value in regime.interference:
+        if name == workload_class:
+            return value
+        worst = value if worst is None else max(worst, value)
+    if worst is not None:
+        return worst
+    return 1.0 if regime.regime == "none" else None
+
+
+def _status(ts_ms: int | None, now_ms: int, staleness_ms: int) -> tuple[InputStatus, int | None]:
+    if ts_ms is None:
+        return "missing", None
+    age = now_ms - ts_ms
+    return ("fresh" if age <= staleness_ms else "stale"), age
+
+
+def round_half_up(x: float) -> int:
+    return int(x + 0.5)
+
+
+def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
+    """Verdict and score of one node for every workload class."""
+    regime, anomaly, risk = inputs
+    r_status, r_age = _status(regime.ts_ms if regime else None, now_ms, cfg.staleness_ms)
+    a_status, a_age = _status(anomaly.ts_ms if anomaly else None, now_ms, cfg.staleness_ms)
+    k_status, k_age = _status(risk.ts_ms if risk else None, now_ms, cfg.staleness_ms)
+    fresh_regime = regime if r_status == "fresh" else None
+
+    expires = NEVER_MS
+    for item, status in ((regime, r_status), (anomaly, a_status), (risk, k_status)):
+        if item is not None and status == "fresh":
+            expires = min(expires, item.ts_ms + cfg.staleness_ms + 1)
+
+    shared_reasons: list[str] = []  # short, stable
+    shared_details: list[str] = []  # with numbers
+    if a_status == "fresh" and anomaly is not None:
+        p_anomaly = min(1.0, anomaly.score / cfg.anomaly_threshold)
+        if anomaly.score >= cfg.anomaly_threshold:
+            shared_reasons.append(f"anomaly score at or over {cfg.anomaly_threshold:.2f}")
+            shared_details.append(f"anomaly score {anomaly.score:.2f} >= {cfg.anomaly_threshold:.2f}")
+    else:
+        p_anomaly = cfg.unknown_penalty
+    if k_status == "fresh" and risk is not None:
+        p_risk = min(1.0, risk.probability / cfg.risk_threshold)
+        if risk.probability >= cfg.risk_threshold:
+            shared_reasons.append(f"node failure risk at or over {cfg.risk_threshold:.2f}")
+            shared_details.append(
+                f"node failure risk {risk.probability:.2f} >= {cfg.risk_threshold:.2f} (horizon {risk.horizon_s}s)"
+            )
+    else:
+        p_risk = cfg.unknown_penalty
+
+    total_weight = cfg.weight_slowdown + cfg.weight_risk + cfg.weight_anomaly
+    span = cfg.max_slowdown - 1.0
+    confident = fresh_regime is not None and fresh_regime.confidence >= cfg.min_confidence
+    regime_txt = (
+        f"regime={fresh_regime.regime}@{fresh_regime.confidence:.2f}"
+        if fresh_regime is not None
+        else f"regime={_fmt(None, r_status, r_age)}"
+    )
+    tail = (
+        f"risk={_fmt(risk.probability if risk else None, k_status, k_age)} "
+        f"anomaly={_fmt(anomaly.score if anomaly else None, a_status, a_age)}"
+    )
+    scores: list[int] = []
+    reasons_out: list[str | None] = []
+    details_out: list[str | None] = []
+    slowdowns: list[float | None] = []
+    penalties: list[float] = []
+    summaries: list[str] = []
+    for workload_class in WORKLOAD_CLASSES:
+        slowdown = class_slowdown(fresh_regime, workload_class) if fresh_regime is not None else None
+        p_slow = cfg.unknown_penalty if slowdown is None else min(1.0, max(0.0, (slowdown - 1.0) / span))
+        weighted = cfg.weight_slowdown * p_slow + cfg.weight_risk * p_risk + cfg.weight_anomaly * p_anomaly
+        penalty = weighted / total_weight
+        reasons, details = list(shared_reasons), list(shared_details)
+        if confident and slowdown is not None and slowdown >= cfg.max_slowdown and fresh_regime is not None:
+            reasons.insert(0, f"predicted {workload_class} slowdown at or over {cfg.max_slowdown:.2f}")
+            details.insert(
+                0,
+                f"{workload_class} slowdown {slowdown:.2f} >= {cfg.max_slowdown:.2f} "
+                f"(regime {fresh_regime.regime}, confidence {fresh_regime.confidence:.2f})",
+            )
+        score = min(MAX_SCORE, max(MIN_SCORE, round_half_up(MAX_SCORE * (1.0 - penalty))))
+        scores.append(score)
+        reasons_out.append(f"{REASON_PREFIX}{'; '.join(reasons)}" if reasons else None)
+        details_out.append("; ".join(details) or None)
+        slowdowns.append(slowdown)
+        penalties.append(penalty)
+        slow_txt = "?" if slowdown is None else f"{slowdown:.2f}"
+        summaries.append(f"score={score} {regime_txt} slowdown={slow_txt} {tail}")
+
+    return NodeCard(
+        regime=regime.regime if regime else None,
+        confidence=regime.confidence if regime else None,
+        regime_status=r_status,
+        regime_age_ms=r_age,
+        anomaly=anomaly.score if anomaly else None,
+        anomaly_status=a_status,
+        anomaly_age_ms=a_age,
+        risk=risk.probability if risk else None,
+        risk_horizon_s=risk.horizon_s if risk else None,
+        risk_status=k_status,
+        risk_age_ms=k_age,
+        known="fresh" in (r_status, a_status, k_status),
+        scores=tuple(scores),
+        reasons=tuple(reasons_out),
+        details=tuple(details_out),
+        slowdowns=tuple(slowdowns),
+        penalties=tuple(penalties),
+        summaries=tuple(summaries),
+        expires_ms=expires,
+    )
+
+
+def _fmt(value: float | None, status: InputStatus, age_ms: int | None) -> str:
+    if status == "fresh" and value is not None:
+        return f"{value:.2f}"
+    if status == "stale":
+        return f"stale({(age_ms or 0) / 1000:.0f}s)"
+    return "unknown"
+
+
+def unknown_card(cfg: ScoringConfig) -> NodeCard:
+    """The card of a node with no inputs at all: neutral for every class, never filtered."""
+    return evaluate(NodeInputs(), cfg, 0)

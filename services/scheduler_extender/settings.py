@@ -1,0 +1,63 @@
+"""Settings of the scheduler extender (env prefix ``EXTENDER_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from contracts.models import WorkloadClass
+from services.runtime.settings import RuntimeSettings
+
+DEFAULT_CLASS_KEY = "borg-orchestrator.io/workload-class"
+
+
+class ExtenderSettings(RuntimeSettings):
+    """Listen address, filter thresholds, score weights, staleness bound and workload-class lookup."""
+
+    model_config = SettingsConfigDict(env_prefix="EXTENDER_", frozen=True, extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Listen address of the extender HTTP server")
+    port: int = Field(default=8090, ge=0, le=65535, description="Listen port (0 = any free port)")
+    path_prefix: str = Field(
+        default="", pattern=r"^(/[A-Za-z0-9._~-]+)*$", description="Mount point, e.g. /scheduler (urlPrefix path)"
+    )
+
+    # Filter thresholds (a node over any of them is dropped for the pod, unless that would drop every node).
+    max_slowdown: float = Field(
+        default=1.5,
+        gt=1.0,
+        le=100.0,
+        description="Predicted slowdown for the pod's class that makes a node severe (filtered; scores 0 on slowdown)",
+    )
+    min_confidence: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Regime confidence needed before a slowdown can filter a node"
+    )
+    anomaly_threshold: float = Field(default=0.9, gt=0.0, le=1.0, description="Anomaly score that filters a node")
+    risk_threshold: float = Field(default=0.8, gt=0.0, le=1.0, description="Node failure probability that filters")
+    risk_horizon_s: int | None = Field(default=None, gt=0, description="Risk horizon read; None = worst horizon")
+
+    # Scoring.
+    staleness_s: float = Field(
+        default=120.0, gt=0.0, description="Inputs older than this (by their ts_ms) are unknown: neutral, never filter"
+    )
+    weight_slowdown: float = Field(default=0.6, ge=0.0, description="Weight of the class slowdown penalty")
+    weight_risk: float = Field(default=0.25, ge=0.0, description="Weight of the node-risk penalty")
+    weight_anomaly: float = Field(default=0.15, ge=0.0, description="Weight of the anomaly penalty")
+    unknown_penalty: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Penalty of an unknown/stale input (0.5 = neutral mid-scale)"
+    )
+
+    # Workload class of the pod.
+    class_key: str = Field(default=DEFAULT_CLASS_KEY, description="Pod label (then annotation) naming the class")
+    default_class: WorkloadClass = Field(default="cpu_bound", description="Class of pods without a valid label")
+
+    # Explainability.
+    span_detail_max_nodes: int = Field(
+        default=1000, ge=0, description="Per-node inputs/scores recorded on a request's span up to this many nodes"
+    )
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> ExtenderSettings:
+        if self.weight_slowdown + self.weight_risk + self.weight_anomaly <= 0:
+            raise ValueError("at least one of EXTENDER_WEIGHT_SLOWDOWN/_RISK/_ANOMALY must be positive")
+        return self

@@ -1,0 +1,194 @@
+"""Latest regime / anomaly / node risk per node, with a cached score card per node.
+
+Pure (no Kafka, no clock: ``now_ms`` is passed in). A card is computed when an input arrives and again only
+when one of its fresh inputs turns stale, so answering the scheduler is a dictionary lookup per candidate.
+
+Everything held per node is a plain ``tuple`` of numbers, strings and bytes (NamedTuples are converted with
+``tuple()``; ``NodeCard._make`` / ``NodeInputs`` rebuild them). CPython's cyclic garbage collector untracks
+such tuples, so a full collection does not walk the state: with pydantic models and dataclasses held for
+5,000 nodes (~130,000 tracked objects) one full collection took ~100 ms on the 2-core test machine, a pause
+that would land on some scheduler call every few seconds while state updates stream in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import orjson
+
+from contracts.base import Contract
+from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRisk, RegimeLabel
+from services.scheduler_extender.scoring import (
+    NEVER_MS,
+    AnomalyIn,
+    NodeCard,
+    NodeInputs,
+    RegimeIn,
+    RiskIn,
+    ScoringConfig,
+    evaluate,
+    unknown_card,
+)
+
+REGIMES_TOPIC = "regimes.v1"
+ANOMALIES_TOPIC = "anomalies.v1"
+RISK_TOPIC = "risk.v1"
+STATE_TOPICS: tuple[str, ...] = (REGIMES_TOPIC, ANOMALIES_TOPIC, RISK_TOPIC)
+MAX_UNKNOWN_ENCODED = 100_000
+
+# A NodeCard as a plain tuple (NodeCard._make(packed) gives it back).
+PackedCard = tuple[Any, ...]
+# (packed card, HostPriority JSON per workload class at 1 + CLASS_INDEX,
+#  FailedNodes message per class at 1 + len(WORKLOAD_CLASSES) + CLASS_INDEX; None = passes)
+Slot = tuple[Any, ...]
+# (regime, anomaly, risk) with each a plain tuple or None
+PackedInputs = tuple[Any, ...]
+_N = len(WORKLOAD_CLASSES)
+_card_of = itemgetter(0)
+EMPTY: PackedInputs = (None, None, None)
+
+
+def pack_inputs(inputs: NodeInputs) -> PackedInputs:
+    return tuple(tuple(part) if part is not None else None for part in inputs)
+
+
+def unpack_inputs(packed: PackedInputs) -> NodeInputs:
+    regime, anomaly, risk = packed
+    return NodeInputs(
+        RegimeIn._make(regime) if regime is not None else None,
+        AnomalyIn._make(anomaly) if anomaly is not None else None,
+        RiskIn._make(risk) if risk is not None else None,
+    )
+
+
+def make_slot(node: str, card: NodeCard) -> Slot:
+    entries = (orjson.dumps({"Host": node, "Score": score}) for score in card.scores)
+    return (tuple(card), *entries, *card.reasons)
+
+
+@dataclass
+class StoreStats:
+    applied: int = 0  # inputs that replaced a node's state
+    older: int = 0  # inputs older than what the node already had (kept the newer)
+    ignored: int = 0  # inputs that are not node state (task risk)
+    deleted: int = 0  # tombstones applied
+
+
+class NodeStateStore:
+    def __init__(self, cfg: ScoringConfig) -> None:
+        self.cfg = cfg
+        self.stats = StoreStats()
+        self.unknown = unknown_card(cfg)
+        self._inputs: dict[str, PackedInputs] = {}
+        self._slots: dict[str, Slot] = {}
+        self._unknown_slots: dict[str, Slot] = {}
+        self._min_expiry_ms = NEVER_MS  # no card expires before this
+
+    def __len__(self) -> int:
+        return len(self._inputs)
+
+    def nodes(self) -> list[str]:
+        return sorted(self._inputs)
+
+    def inputs(self, node: str) -> NodeInputs | None:
+        packed = self._inputs.get(node)
+        return unpack_inputs(packed) if packed is not None else None
+
+    # ------------------------------------------------------------------ updates
+
+    def apply(self, value: Contract, now_ms: int) -> str | None:
+        """Take one input; returns the node it changed (None when ignored or older than what is held)."""
+        part: tuple[Any, ...]
+        if isinstance(value, RegimeLabel):
+            node, index, part = value.node, 0, tuple(RegimeIn.of(value))
+        elif isinstance(value, AnomalyScore):
+            node, index, part = value.node, 1, tuple(AnomalyIn.of(value))
+        elif isinstance(value, FailureRisk) and value.target_kind == "node":
+            node, index, part = value.target, 2, tuple(RiskIn.of(value, self.cfg.risk_horizon_s))
+        else:
+            self.stats.ignored += 1
+            return None
+        current = self._inputs.get(node, EMPTY)
+        held = current[index]
+        if held is not None and held[0] > value.ts_ms:  # [0] is ts_ms in every input tuple
+            self.stats.older += 1
+            return None
+        self._set(node, (*current[:index], part, *current[index + 1 :]), now_ms)
+        self.stats.applied += 1
+        return node
+
+    def forget(self, base_topic: str, key: str, now_ms: int) -> bool:
+        """Apply a tombstone (null value) on a compacted topic: drop that input of the node."""
+        index = {REGIMES_TOPIC: 0, ANOMALIES_TOPIC: 1, RISK_TOPIC: 2}.get(base_topic)
+        current = self._inputs.get(key)
+        if index is None or current is None or current[index] is None:
+            return False
+        self._set(key, (*current[:index], None, *current[index + 1 :]), now_ms)
+        self.stats.deleted += 1
+        return True
+
+    def _set(self, node: str, packed: PackedInputs, now_ms: int) -> None:
+        if packed == EMPTY:
+            self._inputs.pop(node, None)
+            self._slots.pop(node, None)
+            return
+        self._inputs[node] = packed
+        self._unknown_slots.pop(node, None)
+        card = evaluate(unpack_inputs(packed), self.cfg, now_ms)
+        self._slots[node] = make_slot(node, card)
+        self._min_expiry_ms = min(self._min_expiry_ms, card.expires_ms)
+
+    def _unknown_slot(self, node: str) -> Slot:
+        slot = self._unknown_slots.get(node)
+        if slot is None:
+            if not isinstance(node, str):
+                raise TypeError(f"node name must be a string, not {type(node).__name__}")
+            if len(self._unknown_slots) >= MAX_UNKNOWN_ENCODED:
+                self._unknown_slots.clear()
+            slot = self._unknown_slots[node] = make_slot(node, self.unknown)
+        return slot
+
+    def refresh_expired(self, now_ms: int) -> int:
+        """Recompute cards whose inputs turned stale (the sweeper runs this so requests rarely pay for it)."""
+        if now_ms < self._min_expiry_ms:
+            return 0
+        expiry = NodeCard._fields.index("expires_ms")
+        expired = [node for node, slot in self._slots.items() if slot[0][expiry] <= now_ms]
+        for node in expired:
+            self._slots[node] = make_slot(node, evaluate(unpack_inputs(self._inputs[node]), self.cfg, now_ms))
+        self._min_expiry_ms = min((slot[0][expiry] for slot in self._slots.values()), default=NEVER_MS)
+        return len(expired)
+
+    # ------------------------------------------------------------------ queries
+
+    def _lookup(self, names: Sequence[str], now_ms: int) -> list[Slot]:
+        if now_ms >= self._min_expiry_ms:
+            self.refresh_expired(now_ms)
+        slots: list[Slot | None] = list(map(self._slots.get, names))
+        if None in slots:
+            unknown = self._unknown_slot
+            return [s if s is not None else unknown(n) for s, n in zip(slots, names, strict=True)]
+        return slots  # type: ignore[return-value]
+
+    def card(self, node: str, now_ms: int) -> NodeCard:
+        return NodeCard._make(self._lookup([node], now_ms)[0][0])
+
+    def lookup(self, names: Sequence[str], now_ms: int) -> list[PackedCard]:
+        """Packed cards of the candidate nodes, in order."""
+        return list(map(_card_of, self._lookup(names, now_ms)))
+
+    def priorities(self, names: Sequence[str], class_index: int, now_ms: int) -> tuple[list[PackedCard], bytes]:
+        """Packed cards of the candidates and the HostPriorityList JSON for one class (prioritize's hot path)."""
+        slots = self._lookup(names, now_ms)
+        body = b"[" + b",".join(map(itemgetter(1 + class_index), slots)) + b"]"
+        return list(map(_card_of, slots)), body
+
+    def verdicts(
+        self, names: Sequence[str], class_index: int, now_ms: int
+    ) -> tuple[list[PackedCard], list[str | None]]:
+        """Packed cards of the candidates and each one's FailedNodes message for one class (filter's hot path)."""
+        slots = self._lookup(names, now_ms)
+        return list(map(_card_of, slots)), list(map(itemgetter(1 + _N + class_index), slots))

@@ -1,0 +1,481 @@
+"""End to end: Kafka state → the extender process → a real kube-scheduler using deploy/scheduler-extender's config.
+
+The test runs its own kube-scheduler (the binary built by infra/kube/kube.sh) with a unique scheduler
+name next to the shared one, so other tests' pods are not affected. Its nodes carry a unique label and a
+NoSchedule taint that only its pods tolerate; everything is deleted afterwards.
+
+Nodes (no kubelets: Node objects with allocatable and a Ready condition):
+- membw:   memory-bandwidth contention (memory_bound slowdown 2.4) → filtered for memory_bound pods
+- llc:     LLC contention (llc_sensitive 2.2, memory_bound 1.2)  → filtered for llc_sensitive pods
+- risky:   calm, but node failure risk 0.95                        → filtered for every pod
+- unknown: no state at all                                         → neutral score 5
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml  # type: ignore[import-untyped]
+
+from contracts.models import AnomalyScore, FailureRisk, HorizonRisk, RegimeLabel, RegimeName
+from services.runtime.producer import Producer
+from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
+from tests.conftest import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.kube]
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBE_SH = ROOT / "infra" / "kube" / "kube.sh"
+CONFIG = ROOT / "deploy" / "scheduler-extender" / "kube-scheduler-config.yaml"
+RUN_LABEL = "borg-orchestrator.io/e2e-run"
+
+
+@dataclass(frozen=True)
+class Kube:
+    admin_kubeconfig: Path
+    scheduler_kubeconfig: Path
+    scheduler_bin: Path
+
+
+def _k8s_version() -> str:
+    text = (ROOT / "infra" / "kube" / "go.mod").read_text()
+    match = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", text, re.MULTILINE)
+    assert match, "cannot read the pinned k8s.io/kubernetes version from infra/kube/go.mod"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def kube() -> Kube:
+    """The shared control plane (started by kube.sh when it is not running; a no-op otherwise)."""
+    status = subprocess.run(["bash", str(KUBE_SH), "status"], capture_output=True, text=True, check=False)
+    if status.returncode != 0:
+        started = subprocess.run(
+            ["bash", str(KUBE_SH), "start"], capture_output=True, text=True, check=False, timeout=3600
+        )
+        if started.returncode != 0:
+            pytest.fail(f"kube.sh start failed:\n{started.stdout}\n{started.stderr}")
+    admin = Path(
+        subprocess.run(["bash", str(KUBE_SH), "kubeconfig"], capture_output=True, text=True, check=True).stdout.strip()
+    )
+    cache = Path(os.environ.get("BORG_CACHE", Path.home() / ".cache" / "borg-orchestrator"))
+    binary = cache / "bin" / f"kube-scheduler-{_k8s_version()}"
+    assert binary.exists(), f"{binary} missing (bash infra/kube/kube.sh build)"
+    return Kube(admin, admin.parent / "scheduler.kubeconfig", binary)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def http_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return orjson.loads(response.read())
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ---------------------------------------------------------------- the extender process
+
+
+@dataclass
+class ExtenderProc:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+
+@pytest.fixture
+def extender(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[ExtenderProc]:
+    port = free_port()
+    log = tmp_path / "extender.log"
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "BORG_TOPIC_PREFIX": topic_prefix,
+        "EXTENDER_HOST": "127.0.0.1",
+        "EXTENDER_PORT": str(port),
+        "HEALTH_PORT": "0",
+        "LOG_FORMAT": "text",
+    }
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "borgctl.main", "serve", "scheduler-extender"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    ext = ExtenderProc(proc, f"http://127.0.0.1:{port}", log)
+    try:
+        yield ext
+    finally:
+        _stop(proc)
+
+
+# ---------------------------------------------------------------- the test's own kube-scheduler
+
+
+def scheduler_config(kube: Kube, extender_url: str, scheduler_name: str) -> dict[str, Any]:
+    """deploy/scheduler-extender's config, pointed at the local extender, under a unique scheduler name."""
+    config: dict[str, Any] = yaml.safe_load(CONFIG.read_text())
+    (ext,) = config["extenders"]
+    assert ext["nodeCacheCapable"] is True
+    assert ext["ignorable"] is True
+    assert (ext["filterVerb"], ext["prioritizeVerb"]) == ("filter", "prioritize")
+    ext["urlPrefix"] = extender_url
+    (profile,) = config["profiles"]
+    profile["schedulerName"] = scheduler_name
+    config["leaderElection"] = {"leaderElect": False}
+    config["clientConnection"] = {"kubeconfig": str(kube.scheduler_kubeconfig)}
+    return config
+
+
+@contextlib.contextmanager
+def kube_scheduler(kube: Kube, config: dict[str, Any], workdir: Path) -> Iterator[Path]:
+    path = workdir / "kube-scheduler.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = workdir / "kube-scheduler.log"
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                str(kube.scheduler_bin),
+                "--config",
+                str(path),
+                "--authentication-kubeconfig",
+                str(kube.scheduler_kubeconfig),
+                "--authorization-kubeconfig",
+                str(kube.scheduler_kubeconfig),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            assert proc.poll() is None, f"kube-scheduler exited:\n{_tail(log)}"
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2, context=insecure) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"kube-scheduler not healthy in 90s:\n{_tail(log)}"
+            time.sleep(0.25)
+        yield log
+    finally:
+        _stop(proc)
+
+
+# ---------------------------------------------------------------- Kubernetes objects
+
+
+@pytest.fixture
+async def core(kube: Kube) -> AsyncIterator[Any]:
+    from kubernetes_asyncio import client, config
+
+    api = await config.new_client_from_config(config_file=str(kube.admin_kubeconfig))
+    try:
+        yield client.CoreV1Api(api)
+    finally:
+        await api.close()
+
+
+async def create_node(core: Any, name: str, run_id: str) -> None:
+    await core.create_node(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {RUN_LABEL: run_id, "kubernetes.io/hostname": name}},
+            "spec": {"taints": [{"key": RUN_LABEL, "value": run_id, "effect": "NoSchedule"}]},
+        }
+    )
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    await core.patch_node_status(
+        name,
+        {
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "e2e (no kubelet)",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+            }
+        },
+    )
+
+
+def pod(name: str, namespace: str, scheduler: str, run_id: str, workload_class: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {DEFAULT_CLASS_KEY: workload_class}},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": {RUN_LABEL: run_id},
+            "tolerations": [{"key": RUN_LABEL, "operator": "Equal", "value": run_id, "effect": "NoSchedule"}],
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+
+
+async def bound_node(core: Any, namespace: str, name: str, within_s: float = 60.0) -> str:
+    async def probe() -> str | None:
+        p = await core.read_namespaced_pod(name, namespace)
+        node: str | None = p.spec.node_name
+        return node
+
+    node: str = await wait_until(probe, timeout=within_s, interval=0.25, what=f"pod {namespace}/{name} bound")
+    return node
+
+
+async def produce_state(bootstrap: str, prefix: str, nodes: dict[str, str]) -> None:
+    now = int(time.time() * 1000)
+    producer = Producer(bootstrap=bootstrap, client_id="e2e-extender", topic_prefix=prefix)
+    await producer.start()
+
+    def label(node: str, regime: RegimeName, conf: float, interference: dict[str, float]) -> RegimeLabel:
+        return RegimeLabel(
+            node=node,
+            ts_ms=now,
+            regime=regime,
+            confidence=conf,
+            raw_regime=regime,
+            changed=True,
+            interference=interference,
+            model_version="e2e",
+            input_ts_ms=now,
+        )
+
+    def health(node: str, anomaly: float, risk: float) -> tuple[AnomalyScore, FailureRisk]:
+        return (
+            AnomalyScore(
+                node=node,
+                ts_ms=now,
+                score=anomaly,
+                is_anomaly=False,
+                threshold=0.9,
+                model_version="e2e",
+                input_ts_ms=now,
+            ),
+            FailureRisk(
+                target_kind="node",
+                target=node,
+                ts_ms=now,
+                model_version="e2e",
+                input_ts_ms=now,
+                horizons=[HorizonRisk(horizon_s=600, probability=risk)],
+            ),
+        )
+
+    states = {
+        nodes["membw"]: (
+            label(
+                nodes["membw"],
+                "membw",
+                0.9,
+                {"memory_bound": 2.4, "llc_sensitive": 1.1, "cpu_bound": 1.05, "frontend_bound": 1.0},
+            ),
+            *health(nodes["membw"], 0.05, 0.05),
+        ),
+        nodes["llc"]: (
+            label(
+                nodes["llc"],
+                "llc",
+                0.85,
+                {"memory_bound": 1.2, "llc_sensitive": 2.2, "cpu_bound": 1.05, "frontend_bound": 1.1},
+            ),
+            *health(nodes["llc"], 0.05, 0.05),
+        ),
+        nodes["risky"]: (
+            label(
+                nodes["risky"],
+                "none",
+                0.95,
+                {"memory_bound": 1.0, "llc_sensitive": 1.0, "cpu_bound": 1.0, "frontend_bound": 1.0},
+            ),
+            *health(nodes["risky"], 0.1, 0.95),
+        ),
+    }
+    try:
+        for node, (regime, anomaly, risk) in states.items():
+            await producer.send("regimes.v1", node, regime)
+            await producer.send("anomalies.v1", node, anomaly)
+            await producer.send("risk.v1", node, risk)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.timeout(900)
+async def test_pods_land_by_class_and_scheduling_survives_extender_stop(
+    kube: Kube, core: Any, extender: ExtenderProc, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    run_id = uuid.uuid4().hex[:8]
+    namespace = f"e2e-extender-{run_id}"
+    scheduler_name = f"borg-e2e-{run_id}"
+    nodes = {role: f"ext-{run_id}-{role}" for role in ("membw", "llc", "risky", "unknown")}
+    await produce_state(kafka_bootstrap, topic_prefix, nodes)
+    try:
+        await core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for name in nodes.values():
+            await create_node(core, name, run_id)
+
+        # The extender has read every input of the three known nodes from Kafka.
+        def held() -> bool:
+            if extender.proc.poll() is not None:
+                raise AssertionError(f"extender exited:\n{_tail(extender.log)}")
+            try:
+                debug = http_json(f"{extender.url}/debug/nodes")
+            except OSError:
+                return False
+            known = {n: v["memory_bound"] for n, v in debug["nodes"].items() if n in nodes.values()}
+            return len(known) == 3 and all(
+                v[k]["status"] == "fresh" for v in known.values() for k in ("regime", "anomaly", "risk")
+            )
+
+        await wait_until(held, timeout=60, interval=0.2, what="extender state for the 3 nodes from Kafka")
+
+        async def service_account() -> bool:
+            accounts = await core.list_namespaced_service_account(namespace)
+            return any(a.metadata.name == "default" for a in accounts.items)
+
+        await wait_until(service_account, timeout=60, interval=0.25, what="default ServiceAccount")
+
+        config = scheduler_config(kube, extender.url, scheduler_name)
+        with kube_scheduler(kube, config, tmp_path) as scheduler_log:
+            try:
+                for i in range(2):
+                    await core.create_namespaced_pod(
+                        namespace, pod(f"mem-{i}", namespace, scheduler_name, run_id, "memory_bound")
+                    )
+                await core.create_namespaced_pod(
+                    namespace, pod("llc-0", namespace, scheduler_name, run_id, "llc_sensitive")
+                )
+                placed = {name: await bound_node(core, namespace, name) for name in ("mem-0", "mem-1", "llc-0")}
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}\nkube-scheduler log:\n{_tail(scheduler_log)}\nextender log:\n{_tail(extender.log)}"
+                ) from None
+            # memory-bound pods avoid the memory-bandwidth-contended node (and the risky one), and prefer the
+            # node whose contention they tolerate over the unknown one.
+            assert placed["mem-0"] == nodes["llc"], placed
+            assert placed["mem-1"] == nodes["llc"], placed
+            assert placed["llc-0"] == nodes["membw"], placed
+
+            last = http_json(f"{extender.url}/debug/last")
+            assert last["filter"]["workload_class"] in ("memory_bound", "llc_sensitive")
+            assert last["filter"]["pod"]["namespace"] == namespace
+            assert last["prioritize"]["workload_class_source"] == "label"
+            assert set(last["prioritize"]["nodes"]) <= set(nodes.values())
+
+            # The extender goes away: the scheduler (ignorable: true) keeps binding pods.
+            _stop(extender.proc)
+            await core.create_namespaced_pod(
+                namespace, pod("after-stop", namespace, scheduler_name, run_id, "memory_bound")
+            )
+            try:
+                after = await bound_node(core, namespace, "after-stop", within_s=60)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\nkube-scheduler log:\n{_tail(scheduler_log)}") from None
+            assert after in nodes.values()
+            assert "ignorable" in scheduler_log.read_text(errors="replace"), "the scheduler never saw the extender fail"
+    finally:
+        await cleanup(core, namespace, list(nodes.values()))
+
+
+async def cleanup(core: Any, namespace: str, node_names: list[str]) -> None:
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    with contextlib.suppress(ApiException):
+        pods = await core.list_namespaced_pod(namespace)
+        for p in pods.items:  # no kubelet will confirm a graceful delete: delete now
+            with contextlib.suppress(ApiException):
+                await core.delete_namespaced_pod(p.metadata.name, namespace, grace_period_seconds=0)
+    with contextlib.suppress(ApiException):
+        await core.delete_namespace(namespace)
+    for name in node_names:
+        with contextlib.suppress(ApiException):
+            await core.delete_node(name)
+    await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("name", ["kube-scheduler-config.yaml", "kube-scheduler-local.yaml"])
+def test_shipped_configs_are_accepted_by_kube_scheduler(kube: Kube, tmp_path: Path, name: str) -> None:
+    """kube-scheduler parses and validates each file (`--write-config-to` exits before scheduling anything)."""
+    config: dict[str, Any] = yaml.safe_load((CONFIG.parent / name).read_text())
+    config.setdefault("clientConnection", {"kubeconfig": str(kube.scheduler_kubeconfig)})  # as kube.sh adds it
+    source, effective = tmp_path / name, tmp_path / "effective.yaml"
+    source.write_text(yaml.safe_dump(config))
+    result = subprocess.run(
+        [str(kube.scheduler_bin), "--config", str(source), "--write-config-to", str(effective), "--secure-port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = yaml.safe_load(effective.read_text())
+    (ext,) = written["extenders"]
+    assert ext["ignorable"] is True
+    assert ext["nodeCacheCapable"] is True
+    assert "borg-orchestrator" in [p["schedulerName"] for p in written["profiles"]]
