@@ -1,0 +1,27 @@
+"""Agent A: replicate / scale out when failure risk or SLA pressure is high (`borgctl serve agent-reliability`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.agents import reliability_policy
+from services.agents.settings import ReliabilitySettings
+from services.agents.wiring import Agent, run_agent
+from services.runtime.health import HealthServer
+from services.runtime.service import run_service
+
+INPUT_TOPICS = ("risk.v1", "clusterstate.v1", "taskevents.v1")
+
+
+async def body(settings: ReliabilitySettings, stop: asyncio.Event, health: HealthServer) -> None:
+    agent = Agent("reliability", settings, reliability_policy.evaluate)
+    await run_agent(agent, INPUT_TOPICS, stop, health)
+
+
+def main(argv: list[str] | None = None) -> int:
+    del argv  # configured by environment (AGENT_* and AGENT_RELIABILITY_*)
+    return run_service("agent-reliability", ReliabilitySettings, body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main([]))

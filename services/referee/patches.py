@@ -1,0 +1,140 @@
+"""Pure request bodies for the actuator: what to send for each action, computed from the live object."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from contracts.models import Decision, TargetRef
+from services.referee.budgets import ANN_ACTION, ANN_DECIDED_AT, ANN_DECISION, ANN_TRACE, PREFIX
+from services.runtime.k8s_quantity import MIB, format_mib, parse_quantity
+
+Obj = dict[str, Any]
+LABEL_CONSOLIDATE = PREFIX + "consolidate"
+LABEL_TIER = PREFIX + "tier"
+LABEL_ADMISSION = PREFIX + "admission"
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def iso(ts_ms: int, *, millis: bool = True) -> str:
+    when = datetime.fromtimestamp(ts_ms / 1000, tz=UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S") + (f".{ts_ms % 1000:03d}Z" if millis else "Z")
+
+
+def decision_annotations(decision: Decision) -> dict[str, str]:
+    return {
+        ANN_DECISION: decision.decision_id,
+        ANN_TRACE: decision.trace_id or "",
+        ANN_ACTION: decision.action,
+        ANN_DECIDED_AT: iso(decision.ts_ms),
+    }
+
+
+def annotations_of(obj: Obj) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def labels_of(obj: Obj) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def metadata_patch(
+    decision: Decision, labels: dict[str, str] | None = None, resource_version: str | None = None
+) -> Obj:
+    meta: Obj = {"annotations": decision_annotations(decision)}
+    if labels:
+        meta["labels"] = labels
+    if resource_version:
+        meta["resourceVersion"] = resource_version  # optimistic concurrency: 409 when the object moved on
+    return {"metadata": meta}
+
+
+def with_taint(node: Obj, key: str, value: str, effect: str) -> list[Obj] | None:
+    """The node's taints with (key, effect) set to value; None when it already is."""
+    taints: list[Obj] = list((node.get("spec") or {}).get("taints") or [])
+    for t in taints:
+        if t.get("key") == key and t.get("effect") == effect and t.get("value", "") == value:
+            return None
+    kept = [t for t in taints if not (t.get("key") == key and t.get("effect") == effect)]
+    taint: Obj = {"key": key, "effect": effect}
+    if value:
+        taint["value"] = value
+    return [*kept, taint]
+
+
+def resize_body(pod: Obj, total_mib: int) -> tuple[Obj | None, str]:
+    """Container memory requests scaled so they sum to total_mib (body for pods/resize), or (None, why not)."""
+    containers = [c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name")]
+    current: dict[str, float] = {}
+    for c in containers:
+        raw = ((c.get("resources") or {}).get("requests") or {}).get("memory")
+        if raw is not None:
+            current[c["name"]] = parse_quantity(raw)
+    total = sum(current.values())
+    if not current or total <= 0:
+        return None, "no container has a memory request to resize"
+    if abs(total - total_mib * MIB) < MIB:
+        return None, f"memory requests already total {format_mib(total)}"
+    factor = total_mib * MIB / total
+    body = {
+        "spec": {
+            "containers": [
+                {"name": name, "resources": {"requests": {"memory": format_mib(value * factor)}}}
+                for name, value in current.items()
+            ]
+        }
+    }
+    return body, f"memory requests {format_mib(total)} → {total_mib}Mi"
+
+
+def eviction_body(target: TargetRef, uid: str | None) -> Obj:
+    body: Obj = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": target.name, "namespace": target.namespace},
+    }
+    if uid:
+        body["deleteOptions"] = {"preconditions": {"uid": uid}}
+    return body
+
+
+def event_body(
+    *,
+    decision: Decision,
+    involved: Obj,
+    namespace: str,
+    outcome: str,
+    message: str,
+    now_ms: int,
+    instance: str,
+) -> Obj:
+    target = decision.target
+    reason = {
+        "applied": "BorgDecisionApplied",
+        "dry-run": "BorgDecisionDryRun",
+        "refused": "BorgDecisionRefused",
+        "failed": "BorgDecisionFailed",
+    }.get(outcome, "BorgDecision")
+    when = iso(now_ms, millis=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{target.name}.{decision.decision_id[2:18]}.{outcome}"[:253],
+            "namespace": namespace,
+            "annotations": {ANN_DECISION: decision.decision_id, ANN_TRACE: decision.trace_id or ""},
+        },
+        "involvedObject": involved,
+        "reason": reason,
+        "message": f"{decision.action} ({outcome}): {message} [{decision.decision_id} trace {decision.trace_id}]"[
+            :1024
+        ],
+        "type": "Normal" if outcome in ("applied", "dry-run") else "Warning",
+        "action": decision.action,
+        "source": {"component": "borg-referee"},
+        "reportingComponent": "borg-orchestrator.io/referee",
+        "reportingInstance": instance[:128],
+        "firstTimestamp": when,
+        "lastTimestamp": when,
+        "count": 1,
+    }

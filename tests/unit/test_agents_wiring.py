@@ -1,0 +1,39 @@
+"""The agent's input handling without Kafka: scoped re-evaluation and re-proposal suppression."""
+
+from __future__ import annotations
+
+from services.agents import admission_policy, reliability_policy
+from services.agents.settings import AdmissionSettings, ReliabilitySettings
+from services.agents.wiring import Agent
+from tests.unit.test_agents_policies import NOW, dep, queue, regime
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = NOW / 1000
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_unchanged_proposal_is_not_resent_until_repropose_period() -> None:
+    clock = Clock()
+    agent = Agent("reliability", ReliabilitySettings(repropose_s=30), reliability_policy.evaluate, clock)
+    state = queue("ns", deps=[dep("ns", "web", 4, 1)])
+    first = agent.observe("clusterstate.v1", "c/ns", state)
+    assert [c.proposal.kind for c in first] == ["scale_out"]
+    clock.t += 5
+    assert agent.observe("clusterstate.v1", "c/ns", state) == []
+    clock.t += 30
+    again = agent.observe("clusterstate.v1", "c/ns", state)
+    assert [c.proposal.payload["replicas"] for c in again] == [6]
+    changed = queue("ns", deps=[dep("ns", "web", 6, 1)])
+    clock.t += 1
+    assert [c.proposal.payload["replicas"] for c in agent.observe("clusterstate.v1", "c/ns", changed)] == [8]
+
+
+def test_only_the_targets_an_input_touches_are_evaluated() -> None:
+    agent = Agent("admission", AdmissionSettings(), admission_policy.evaluate, Clock())
+    agent.observe("regimes.v1", "n1", regime("n1", "llc", worst=1.8))
+    # A second node's calm regime must not re-emit n1's taint.
+    assert agent.observe("regimes.v1", "n2", regime("n2")) == []
