@@ -43,7 +43,7 @@ def _load(module: str, func: str, what: str) -> Callable[[list[str]], int]:
 
 def cmd_up(args: argparse.Namespace) -> int:
     names = args.only.split(",") if args.only else INFRA_NAMES
-    unknown = [n for n in names if n not in INFRA_NAMES + ["services"]]
+    unknown = [n for n in names if n not in [*INFRA_NAMES, "services"]]
     if unknown:
         raise UserError(f"unknown component(s) {', '.join(unknown)}; choose from {', '.join(INFRA_NAMES)}, services")
     stack.infra_up([n for n in names if n in INFRA_NAMES])
@@ -98,7 +98,9 @@ def cmd_topics(args: argparse.Namespace) -> int:
             continue
         match = state.partitions == spec.partitions and state.cleanup_policy == spec.cleanup_policy
         ok &= match
-        print(f"{name:<22}{state.partitions:>11}  {state.cleanup_policy:<9} {'ok' if match else 'DIFFERS':<10} {spec.key}")
+        print(
+            f"{name:<22}{state.partitions:>11}  {state.cleanup_policy:<9} {'ok' if match else 'DIFFERS':<10} {spec.key}"
+        )
     return 0 if ok else 1
 
 

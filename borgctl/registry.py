@@ -30,16 +30,32 @@ class ServiceEntry:
 
 SERVICES: tuple[ServiceEntry, ...] = (
     ServiceEntry(name="node-agent", module="services.node_agent.main", description="PMU sampling → nodestate.v1"),
-    ServiceEntry(name="cluster-watcher", module="services.cluster_watcher.main", description="Kubernetes → taskevents.v1, clusterstate.v1"),
+    ServiceEntry(
+        name="cluster-watcher",
+        module="services.cluster_watcher.main",
+        description="Kubernetes → taskevents.v1, clusterstate.v1",
+    ),
     ServiceEntry(name="features", module="services.features.main", description="nodestate.v1 → features.v1 (faust)"),
     ServiceEntry(name="regime", module="services.regime.main", description="features.v1 → regimes.v1 (ONNX)"),
     ServiceEntry(name="anomaly", module="services.anomaly.main", description="features.v1 → anomalies.v1 (ONNX)"),
     ServiceEntry(name="risk", module="services.risk.main", description="taskevents.v1 + features.v1 → risk.v1 (ONNX)"),
-    ServiceEntry(name="agent-reliability", module="services.agents.reliability", description="A: replicate / scale out"),
-    ServiceEntry(name="agent-efficiency", module="services.agents.efficiency", description="B: consolidate / balloon / scale in"),
-    ServiceEntry(name="agent-admission", module="services.agents.admission", description="C: deprioritize / throttle / taint"),
-    ServiceEntry(name="referee", module="services.referee.main", description="proposals.v1 → decisions.v1, actions.v1, Kubernetes"),
-    ServiceEntry(name="scheduler-extender", module="services.scheduler_extender.main", description="kube-scheduler HTTP extender"),
+    ServiceEntry(
+        name="agent-reliability", module="services.agents.reliability", description="A: replicate / scale out"
+    ),
+    ServiceEntry(
+        name="agent-efficiency", module="services.agents.efficiency", description="B: consolidate / balloon / scale in"
+    ),
+    ServiceEntry(
+        name="agent-admission", module="services.agents.admission", description="C: deprioritize / throttle / taint"
+    ),
+    ServiceEntry(
+        name="referee",
+        module="services.referee.main",
+        description="proposals.v1 → decisions.v1, actions.v1, Kubernetes",
+    ),
+    ServiceEntry(
+        name="scheduler-extender", module="services.scheduler_extender.main", description="kube-scheduler HTTP extender"
+    ),
     ServiceEntry(name="dashboard", module="services.dashboard.main", description="live decisions and pipeline health"),
 )
 

@@ -72,6 +72,7 @@ def infra_status() -> list[tuple[str, bool, str]]:
 
 # --- services as background processes -------------------------------------------------
 
+
 def _svc_dir() -> Path:
     path = state_dir() / "services"
     path.mkdir(parents=True, exist_ok=True)

@@ -27,11 +27,14 @@ def summarize(topic: str, value: bytes | None, jaeger: str) -> str:
     if "proposals" in obj:
         weighed = ", ".join(f"{p['agent']}:{p['kind']}({p['score']:.2f})" for p in obj["proposals"])
         trace = f"  {jaeger}/trace/{obj['trace_id']}" if obj.get("trace_id") else ""
-        return f"DECISION {obj['decision_id'][:12]} {where}: {obj['action']} [{obj['mode']}] — {obj['reason']} | weighed: {weighed}{trace}"
+        head = f"DECISION {obj['decision_id'][:12]} {where}: {obj['action']} [{obj['mode']}]"
+        return f"{head} — {obj['reason']} | weighed: {weighed}{trace}"
     if "outcome" in obj:
-        return f"ACTION   {obj['decision_id'][:12]} {where}: {obj['action']} → {obj['outcome']} ({obj.get('api_status')}) {obj['message'][:80]}"
+        head = f"ACTION   {obj['decision_id'][:12]} {where}: {obj['action']} → {obj['outcome']}"
+        return f"{head} ({obj.get('api_status')}) {obj['message'][:80]}"
     if "error_kind" in obj:
-        return f"DEAD     {obj['source_topic']}[{obj['partition']}]@{obj['offset']} {obj['error_kind']}: {obj['error'][:100]}"
+        where = f"{obj['source_topic']}[{obj['partition']}]@{obj['offset']}"
+        return f"DEAD     {where} {obj['error_kind']}: {obj['error'][:100]}"
     return f"{topic} {where}: " + orjson.dumps(obj).decode()[:160]
 
 
@@ -53,8 +56,17 @@ def _format(record: object, show_headers: bool) -> str:
     return f"{line}\n{body}"
 
 
-async def tail(bootstrap: str, topic: str | list[str], *, from_beginning: bool, limit: int | None, show_headers: bool,
-               summary: bool = False, jaeger: str = "http://127.0.0.1:16686", until: float | None = None) -> int:
+async def tail(
+    bootstrap: str,
+    topic: str | list[str],
+    *,
+    from_beginning: bool,
+    limit: int | None,
+    show_headers: bool,
+    summary: bool = False,
+    jaeger: str = "http://127.0.0.1:16686",
+    until: float | None = None,
+) -> int:
     topics = [topic] if isinstance(topic, str) else topic
     consumer = AIOKafkaConsumer(
         *topics,
@@ -86,8 +98,15 @@ async def tail(bootstrap: str, topic: str | list[str], *, from_beginning: bool, 
     return 0
 
 
-def run(bootstrap: str, topics: list[str], from_beginning: bool, limit: int | None, show_headers: bool,
-        summary: bool = False, seconds: float | None = None) -> int:
+def run(
+    bootstrap: str,
+    topics: list[str],
+    from_beginning: bool,
+    limit: int | None,
+    show_headers: bool,
+    summary: bool = False,
+    seconds: float | None = None,
+) -> int:
     for topic in topics:
         try:
             topic_spec(topic)
@@ -96,8 +115,15 @@ def run(bootstrap: str, topics: list[str], from_beginning: bool, limit: int | No
 
     async def go() -> int:
         until = None if seconds is None else asyncio.get_running_loop().time() + seconds
-        return await tail(bootstrap, topics, from_beginning=from_beginning, limit=limit, show_headers=show_headers,
-                          summary=summary, until=until)
+        return await tail(
+            bootstrap,
+            topics,
+            from_beginning=from_beginning,
+            limit=limit,
+            show_headers=show_headers,
+            summary=summary,
+            until=until,
+        )
 
     try:
         return asyncio.run(go())

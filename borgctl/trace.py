@@ -35,7 +35,9 @@ def _get(url: str) -> dict[str, Any]:
             data: dict[str, Any] = json.load(response)
             return data
     except urllib.error.URLError as exc:
-        raise UserError(f"cannot reach Jaeger at {url.split('/api/')[0]}: {exc.reason} (is `borgctl up` running?)", 1) from None
+        raise UserError(
+            f"cannot reach Jaeger at {url.split('/api/')[0]}: {exc.reason} (is `borgctl up` running?)", 1
+        ) from None
 
 
 def find_trace_ids(base: str, decision_id: str, lookback: str = "24h") -> list[str]:
@@ -84,8 +86,19 @@ def build_tree(trace: dict[str, Any]) -> list[SpanNode]:
     return sorted(roots, key=lambda n: n.start_us)
 
 
-INTERESTING = ("node.name", "regime.label", "proposal.agent", "proposal.kind", "decision.id", "decision.action",
-               "action.outcome", "k8s.verb", "k8s.object", "k8s.status_code", "messaging.destination.name")
+INTERESTING = (
+    "node.name",
+    "regime.label",
+    "proposal.agent",
+    "proposal.kind",
+    "decision.id",
+    "decision.action",
+    "action.outcome",
+    "k8s.verb",
+    "k8s.object",
+    "k8s.status_code",
+    "messaging.destination.name",
+)
 
 
 def render(roots: list[SpanNode], origin_us: int | None = None) -> list[str]:
@@ -120,7 +133,9 @@ def main(argv: list[str]) -> int:
     base = args.jaeger.rstrip("/")
     trace_ids = find_trace_ids(base, args.decision_id, args.lookback)
     if not trace_ids:
-        raise UserError(f"no trace in Jaeger carries decision.id={args.decision_id} (sampled out, or not yet exported?)", 1)
+        raise UserError(
+            f"no trace in Jaeger carries decision.id={args.decision_id} (sampled out, or not yet exported?)", 1
+        )
     for trace_id in trace_ids:
         data = _get(f"{base}/api/traces/{trace_id}").get("data") or []
         for trace in data:

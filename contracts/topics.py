@@ -9,8 +9,8 @@ from contracts.models import (
     ActionResult,
     AnomalyScore,
     ClusterState,
-    Decision,
     DeadLetter,
+    Decision,
     FailureRisk,
     FeatureVector,
     NodeState,
@@ -56,7 +56,9 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(name="proposals.v1", key="target", model=Proposal, partitions=3),
     TopicSpec(name="decisions.v1", key="target", model=Decision, partitions=3),
     TopicSpec(name="actions.v1", key="target", model=ActionResult, partitions=3),
-    TopicSpec(name="deadletter.v1", key="source topic", model=DeadLetter, partitions=1, retention_ms=7 * 24 * 3600 * 1000),
+    TopicSpec(
+        name="deadletter.v1", key="source topic", model=DeadLetter, partitions=1, retention_ms=7 * 24 * 3600 * 1000
+    ),
 )
 
 _BY_NAME = {spec.name: spec for spec in TOPICS}

@@ -52,7 +52,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("which", choices=[*BENCHES, "reference", "all"])
     parser.add_argument("--quick", action="store_true", help="a run under two minutes per benchmark")
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
-    parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap (default $KAFKA_BOOTSTRAP or 127.0.0.1:9092)")
+    parser.add_argument(
+        "--bootstrap", default=None, help="Kafka bootstrap (default $KAFKA_BOOTSTRAP or 127.0.0.1:9092)"
+    )
     parser.add_argument("--no-reference", action="store_true", help="skip the Kafka/aiokafka reference ceilings")
     args = parser.parse_args(argv)
     from borgctl.paths import bootstrap as default_bootstrap

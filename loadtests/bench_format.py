@@ -32,8 +32,12 @@ class Result:
 
 def machine() -> dict[str, Any]:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=ROOT, check=False).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         commit = "unknown"
     model = "unknown"

@@ -50,16 +50,22 @@ def _xgb_vs_onnx(quick: bool) -> list[Result]:
     for rows in (1, 100, 10_000):
         batch = rng.normal(size=(rows, N_FEATURES)).astype(np.float32)
         reps = max(5, repeats // max(1, rows // 100))
-        dmatrix_fn: Callable[[], object] = lambda b=batch: booster.inplace_predict(b)  # noqa: E731
-        onnx_fn: Callable[[], object] = lambda b=batch: session.run(None, {"input": b})  # noqa: E731
+        def dmatrix_fn(b: np.ndarray = batch) -> object:
+            return booster.inplace_predict(b)
+
+        def onnx_fn(b: np.ndarray = batch) -> object:
+            return session.run(None, {"input": b})
+
         for engine, fn in (("xgboost", dmatrix_fn), ("onnxruntime", onnx_fn)):
             samples = _time_calls(fn, reps)
             p50 = percentile(samples, 50)
             results.append(Result("inference", f"{engine} rows={rows}", "latency_p50", p50, "ms", offered=rows))
-            results.append(Result("inference", f"{engine} rows={rows}", "latency_p99", percentile(samples, 99), "ms",
-                                  offered=rows))
-            results.append(Result("inference", f"{engine} rows={rows}", "throughput", rows / (p50 / 1000), "rows/s",
-                                  offered=rows))
+            results.append(
+                Result("inference", f"{engine} rows={rows}", "latency_p99", percentile(samples, 99), "ms", offered=rows)
+            )
+            results.append(
+                Result("inference", f"{engine} rows={rows}", "throughput", rows / (p50 / 1000), "rows/s", offered=rows)
+            )
     return results
 
 
@@ -77,7 +83,10 @@ def _shipped_models(quick: bool) -> list[Result]:
             width = inp.shape[1] if isinstance(inp.shape[1], int) else N_FEATURES
             for rows in (1, 1000):
                 batch = np.random.default_rng(1).normal(size=(rows, width)).astype(np.float32)
-                samples = _time_calls(lambda b=batch: session.run(None, {inp.name: b}), 100 if quick else 500)
+                def run(b: np.ndarray = batch, s: ort.InferenceSession = session, n: str = inp.name) -> object:
+                    return s.run(None, {n: b})
+
+                samples = _time_calls(run, 100 if quick else 500)
                 case = f"{current.parent.name}/{Path(path).stem} rows={rows}"
                 results.append(Result("inference", case, "latency_p99", percentile(samples, 99), "ms", offered=rows))
     return results

@@ -21,8 +21,9 @@ RECORD_BYTES = 700  # about one NodeState in JSON
 
 
 def _kafka_classpath() -> str:
-    out = subprocess.run(["bash", str(ROOT / "infra" / "kafka" / "kafka.sh"), "classpath"], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "infra" / "kafka" / "kafka.sh"), "classpath"], capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
@@ -31,18 +32,53 @@ def kafka_native(bootstrap: str, quick: bool) -> list[Result]:
     topic = f"bench-native-{uuid.uuid4().hex[:8]}"
     cp = _kafka_classpath()
     produce = subprocess.run(
-        ["java", "-Xmx512m", "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-         "--num-records", str(records), "--record-size", str(RECORD_BYTES), "--throughput", "-1",
-         "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "linger.ms=5"],
-        capture_output=True, text=True, timeout=600, check=True,
+        [
+            "java",
+            "-Xmx512m",
+            "-cp",
+            cp,
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--topic",
+            topic,
+            "--num-records",
+            str(records),
+            "--record-size",
+            str(RECORD_BYTES),
+            "--throughput",
+            "-1",
+            "--producer-props",
+            f"bootstrap.servers={bootstrap}",
+            "acks=all",
+            "linger.ms=5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     ).stdout
     last = [line for line in produce.splitlines() if "records sent" in line][-1]
     rate = float(re.search(r"([\d.]+) records/sec", last).group(1))  # type: ignore[union-attr]
     p99 = float(re.search(r"([\d.]+) ms 99th", last).group(1))  # type: ignore[union-attr]
     consume = subprocess.run(
-        ["java", "-Xmx512m", "-cp", cp, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
-         "--topic", topic, "--messages", str(records), "--timeout", "60000"],
-        capture_output=True, text=True, timeout=600, check=True,
+        [
+            "java",
+            "-Xmx512m",
+            "-cp",
+            cp,
+            "org.apache.kafka.tools.ConsumerPerformance",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--messages",
+            str(records),
+            "--timeout",
+            "60000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     ).stdout
     header, data = [line for line in consume.splitlines() if line.strip()][-2:]
     row = dict(zip([h.strip() for h in header.split(",")], [d.strip() for d in data.split(",")], strict=False))
@@ -66,8 +102,14 @@ async def _passthrough(bootstrap: str, quick: bool) -> list[Result]:
     for i in range(count):
         await producer.send(src, key=f"node-{i % 5000}".encode(), value=payload)
     await producer.flush()
-    consumer = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, group_id=f"pt-{uuid.uuid4().hex}",
-                                auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=2000)
+    consumer = AIOKafkaConsumer(
+        src,
+        bootstrap_servers=bootstrap,
+        group_id=f"pt-{uuid.uuid4().hex}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_records=2000,
+    )
     await consumer.start()
     moved = 0
     started = time.perf_counter()

@@ -22,29 +22,51 @@ DEPLOYMENTS = (("web", 6, "memory_bound"), ("batch", 4, "cpu_bound"), ("cache", 
 
 
 def kubectl(*args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(["bash", str(KUBE), "kubectl", *args], input=stdin, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        ["bash", str(KUBE), "kubectl", *args], input=stdin, capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise SystemExit(f"seed-cluster: kubectl {' '.join(args[:3])} failed: {done.stderr.strip()}")
     return done.stdout
 
 
 def node(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
-        "kubernetes.io/hostname": name, "borg-orchestrator.io/simulated": "true"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "borg-orchestrator.io/simulated": "true"},
+        },
+    }
 
 
 def deployment(namespace: str, name: str, replicas: int, workload: str) -> dict[str, Any]:
     labels = {"app": name}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace,
-                     "annotations": {"borg-orchestrator.io/min-replicas": "2",
-                                     "borg-orchestrator.io/max-replicas": "12"}},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": {**labels, "borg-orchestrator.io/workload-class": workload}},
-            "spec": {"containers": [{"name": name, "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}]}}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {"borg-orchestrator.io/min-replicas": "2", "borg-orchestrator.io/max-replicas": "12"},
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": {**labels, "borg-orchestrator.io/workload-class": workload}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": name,
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+                        }
+                    ]
+                },
+            },
+        },
     }
 
 
@@ -58,20 +80,29 @@ def main(argv: list[str]) -> int:
     docs: list[dict[str, Any]] = [node(n) for n in names]
     docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": args.namespace}})
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
-    status = {"status": {
-        "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-        "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated node"}],
-    }}
+    status = {
+        "status": {
+            "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+            "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated node"}],
+        }
+    }
     for name in names:
         kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
     workloads = [deployment(args.namespace, n, r, w) for n, r, w in DEPLOYMENTS]
-    workloads.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                      "metadata": {"name": "web", "namespace": args.namespace},
-                      "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "web"}}}})
+    workloads.append(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": args.namespace},
+            "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "web"}}},
+        }
+    )
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads}))
-    print(f"seed-cluster: {len(names)} nodes ({names[0]}…{names[-1]}), namespace {args.namespace} with "
-          + ", ".join(f"{n}×{r}" for n, r, _ in DEPLOYMENTS))
+    print(
+        f"seed-cluster: {len(names)} nodes ({names[0]}…{names[-1]}), namespace {args.namespace} with "
+        + ", ".join(f"{n}×{r}" for n, r, _ in DEPLOYMENTS)
+    )
     return 0
 
 

@@ -8,7 +8,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 
-async def produce_raw(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]], headers: list[tuple[str, bytes]] | None = None) -> None:
+async def produce_raw(
+    bootstrap: str,
+    topic: str,
+    items: list[tuple[bytes | None, bytes | None]],
+    headers: list[tuple[str, bytes]] | None = None,
+) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
     await producer.start()
     try:
@@ -21,7 +26,9 @@ async def produce_raw(bootstrap: str, topic: str, items: list[tuple[bytes | None
 
 async def consume(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[Any]:
     """Read `count` records from the start of `topic` (fails with what was seen on timeout)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False
+    )
     await consumer.start()
     records: list[Any] = []
     try:

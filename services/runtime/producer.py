@@ -92,7 +92,9 @@ class Producer:
         *,
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[object]:
-        fut = await self._producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms)
+        fut: asyncio.Future[object] = await self._producer.send(
+            topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms
+        )
         self._pending.add(fut)
         fut.add_done_callback(self._pending.discard)
         MESSAGES_OUT.labels(topic).inc()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from services.runtime.health import HealthServer
 from services.runtime.logs import setup_logging
@@ -15,7 +15,7 @@ from services.runtime.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
 S = TypeVar("S", bound=RuntimeSettings)
-ServiceBody = Callable[[S, asyncio.Event, HealthServer], Awaitable[None]]
+ServiceBody = Callable[[S, asyncio.Event, HealthServer], Coroutine[Any, Any, None]]
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
@@ -29,7 +29,7 @@ async def _supervise(name: str, settings: S, body: ServiceBody[S]) -> None:
     install_stop_signals(stop)
     health = HealthServer(settings.health_host, settings.health_port)
     await health.start()
-    task = asyncio.create_task(body(settings, stop, health), name=name)
+    task: asyncio.Task[None] = asyncio.create_task(body(settings, stop, health), name=name)
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
     if task in done:

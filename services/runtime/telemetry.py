@@ -32,7 +32,9 @@ def setup_tracing(service: str, endpoint: str | None, sample_ratio: float = 1.0)
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
             url = endpoint.rstrip("/")
-            exporter: object = HttpExporter(endpoint=url if url.endswith("/v1/traces") else url + "/v1/traces", timeout=2)
+            exporter: object = HttpExporter(
+                endpoint=url if url.endswith("/v1/traces") else url + "/v1/traces", timeout=2
+            )
         else:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 

@@ -39,8 +39,15 @@ async def test_kcat_lists_topics_and_garbage_lands_in_deadletter(kafka_bootstrap
     async def handle(_: Incoming) -> list[Outgoing]:
         return []
 
-    worker = StreamWorker(service="kcat-test", bootstrap=kafka_bootstrap, group_id=f"g-{uuid.uuid4().hex}",
-                          input_topics=["taskevents.v1"], handler=handle, producer=producer, topic_prefix=topic_prefix)
+    worker = StreamWorker(
+        service="kcat-test",
+        bootstrap=kafka_bootstrap,
+        group_id=f"g-{uuid.uuid4().hex}",
+        input_topics=["taskevents.v1"],
+        handler=handle,
+        producer=producer,
+        topic_prefix=topic_prefix,
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     try:

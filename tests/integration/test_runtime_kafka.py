@@ -28,8 +28,17 @@ TS = 1_764_000_000_000
 
 
 def state(node: str, seq: int) -> NodeState:
-    return NodeState(node=node, ts_ms=TS + seq * 1000, seq=seq, interval_ms=1000, source="synthetic", pmu="recorded",
-                     supported_events=[], cpu_util=0.3, mem_util=0.4)
+    return NodeState(
+        node=node,
+        ts_ms=TS + seq * 1000,
+        seq=seq,
+        interval_ms=1000,
+        source="synthetic",
+        pmu="recorded",
+        supported_events=[],
+        cpu_util=0.3,
+        mem_util=0.4,
+    )
 
 
 async def test_valid_handled_invalid_dead_lettered_with_offsets(kafka_bootstrap: str, topic_prefix: str) -> None:
@@ -39,8 +48,12 @@ async def test_valid_handled_invalid_dead_lettered_with_offsets(kafka_bootstrap:
     bad_json = (b"n1", b'{"node": "n1", "ts_ms": ')
     bad_schema = (b"n1", orjson.dumps({**orjson.loads(encode(state("n1", 99))), "cpu_util": 7}))
     # One partition key so offsets are in produce order.
-    await produce_raw(kafka_bootstrap, topic, [*good[:2], bad_json, *good[2:4], bad_schema, good[4]],
-                      headers=[("traceparent", traceparent)])
+    await produce_raw(
+        kafka_bootstrap,
+        topic,
+        [*good[:2], bad_json, *good[2:4], bad_schema, good[4]],
+        headers=[("traceparent", traceparent)],
+    )
 
     producer = Producer(bootstrap=kafka_bootstrap, client_id="t", topic_prefix=topic_prefix)
     await producer.start()
@@ -49,16 +62,32 @@ async def test_valid_handled_invalid_dead_lettered_with_offsets(kafka_bootstrap:
     async def handle(msg: Incoming) -> list[Outgoing]:
         assert isinstance(msg.value, NodeState)
         handled.append(msg.value.seq)
-        score = AnomalyScore(node=msg.value.node, ts_ms=msg.value.ts_ms, score=0.2, is_anomaly=False,
-                             threshold=0.5, model_version="t", input_ts_ms=msg.value.ts_ms)
+        score = AnomalyScore(
+            node=msg.value.node,
+            ts_ms=msg.value.ts_ms,
+            score=0.2,
+            is_anomaly=False,
+            threshold=0.5,
+            model_version="t",
+            input_ts_ms=msg.value.ts_ms,
+        )
         return [Outgoing("anomalies.v1", msg.value.node, score)]
 
-    worker = StreamWorker(service="t", bootstrap=kafka_bootstrap, group_id=f"g-{uuid.uuid4().hex}",
-                          input_topics=["nodestate.v1"], handler=handle, producer=producer, topic_prefix=topic_prefix)
+    worker = StreamWorker(
+        service="t",
+        bootstrap=kafka_bootstrap,
+        group_id=f"g-{uuid.uuid4().hex}",
+        input_topics=["nodestate.v1"],
+        handler=handle,
+        producer=producer,
+        topic_prefix=topic_prefix,
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     try:
-        await wait_until(lambda: worker.stats.handled == 5 and worker.stats.dead_lettered == 2, what="5 handled, 2 dead")
+        await wait_until(
+            lambda: worker.stats.handled == 5 and worker.stats.dead_lettered == 2, what="5 handled, 2 dead"
+        )
     finally:
         stop.set()
         await task
@@ -88,12 +117,19 @@ async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         offsets = await admin.list_consumer_group_offsets(group)
     finally:
         await admin.close()
-    return {tp.partition: meta.offset for tp, meta in offsets.items() if isinstance(tp, TopicPartition) and tp.topic == topic}
+    return {
+        tp.partition: meta.offset
+        for tp, meta in offsets.items()
+        if isinstance(tp, TopicPartition) and tp.topic == topic
+    }
 
 
 def _spawn(bootstrap: str, prefix: str, group: str, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tests.integration.worker_process", bootstrap, prefix, group, str(log)],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.worker_process", bootstrap, prefix, group, str(log)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def _lines(log: Path) -> list[tuple[int, int]]:
@@ -107,8 +143,12 @@ async def test_killed_consumer_loses_nothing_and_repeats_nothing_committed(
 ) -> None:
     topic = f"{topic_prefix}nodestate.v1"
     total = 400
-    await produce_raw(kafka_bootstrap, topic, [(f"n{i % 8}".encode(), encode(state(f"n{i % 8}", i))) for i in range(total)],
-                      headers=build_headers("nodestate.v1"))
+    await produce_raw(
+        kafka_bootstrap,
+        topic,
+        [(f"n{i % 8}".encode(), encode(state(f"n{i % 8}", i))) for i in range(total)],
+        headers=build_headers("nodestate.v1"),
+    )
     group = f"g-{uuid.uuid4().hex}"
     log = tmp_path / "handled.log"
 
@@ -132,7 +172,7 @@ async def test_killed_consumer_loses_nothing_and_repeats_nothing_committed(
         second.wait(timeout=30)
     assert second.returncode == 0, "graceful SIGTERM should exit cleanly"
 
-    after = _lines(log)[len(before_kill):]
+    after = _lines(log)[len(before_kill) :]
     assert len({*before_kill, *after}) == total  # nothing lost
     repeated = set(before_kill) & set(after)
     for partition, offset in repeated:

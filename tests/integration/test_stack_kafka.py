@@ -44,7 +44,9 @@ async def test_restart_keeps_data(kafka_bootstrap: str) -> None:
         down = subprocess.run(["bash", str(script), "status"], capture_output=True, text=True, check=False)
         assert down.returncode == 3 and "down" in down.stdout
     finally:
-        started = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, timeout=120, check=False)
+        started = subprocess.run(
+            ["bash", str(script), "start"], capture_output=True, text=True, timeout=120, check=False
+        )
     assert started.returncode == 0, started.stderr
     [record] = await consume(kafka_bootstrap, topic, 1)
     assert record.value == b"survives a restart"

@@ -23,8 +23,17 @@ COUNT = 1500
 
 
 def _state(i: int) -> NodeState:
-    return NodeState(node=f"n{i % 10}", ts_ms=TS + i, seq=i, interval_ms=1000, source="synthetic", pmu="recorded",
-                     supported_events=[], cpu_util=0.1, mem_util=0.1)
+    return NodeState(
+        node=f"n{i % 10}",
+        ts_ms=TS + i,
+        seq=i,
+        interval_ms=1000,
+        source="synthetic",
+        pmu="recorded",
+        supported_events=[],
+        cpu_util=0.1,
+        mem_util=0.1,
+    )
 
 
 async def _time_worker(bootstrap: str, prefix: str, log: Path, endpoint: str | None) -> float:
@@ -33,11 +42,25 @@ async def _time_worker(bootstrap: str, prefix: str, log: Path, endpoint: str | N
     if endpoint:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.integration.worker_process", bootstrap, prefix,
-                             f"g-{uuid.uuid4().hex}", str(log)], cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.worker_process",
+            bootstrap,
+            prefix,
+            f"g-{uuid.uuid4().hex}",
+            str(log),
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     try:
-        await wait_until(lambda: log.exists() and len(log.read_text().splitlines()) >= COUNT, timeout=120,
-                         what=f"{COUNT} messages handled")
+        await wait_until(
+            lambda: log.exists() and len(log.read_text().splitlines()) >= COUNT,
+            timeout=120,
+            what=f"{COUNT} messages handled",
+        )
         elapsed = time.monotonic() - started
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -49,9 +72,12 @@ async def _time_worker(bootstrap: str, prefix: str, log: Path, endpoint: str | N
 
 
 async def test_dead_collector_does_not_slow_processing(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
-    await produce_raw(kafka_bootstrap, f"{topic_prefix}nodestate.v1",
-                      [(f"n{i % 10}".encode(), encode(_state(i))) for i in range(COUNT)],
-                      headers=build_headers("nodestate.v1"))
+    await produce_raw(
+        kafka_bootstrap,
+        f"{topic_prefix}nodestate.v1",
+        [(f"n{i % 10}".encode(), encode(_state(i))) for i in range(COUNT)],
+        headers=build_headers("nodestate.v1"),
+    )
     baseline = await _time_worker(kafka_bootstrap, topic_prefix, tmp_path / "a.log", None)
     # Port 1 refuses connections: every export fails.
     dead = await _time_worker(kafka_bootstrap, topic_prefix, tmp_path / "b.log", "http://127.0.0.1:1")

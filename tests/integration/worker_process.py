@@ -33,12 +33,27 @@ async def main(bootstrap: str, prefix: str, group: str, logfile: str) -> None:
         out.write(f"{msg.partition} {msg.offset} {state.node} {state.seq}\n")
         out.flush()
         os.fsync(out.fileno())
-        score = AnomalyScore(node=state.node, ts_ms=state.ts_ms, score=0.1, is_anomaly=False, threshold=0.5,
-                             model_version="test", input_ts_ms=state.ts_ms)
+        score = AnomalyScore(
+            node=state.node,
+            ts_ms=state.ts_ms,
+            score=0.1,
+            is_anomaly=False,
+            threshold=0.5,
+            model_version="test",
+            input_ts_ms=state.ts_ms,
+        )
         return [Outgoing("anomalies.v1", state.node, score)]
 
-    worker = StreamWorker(service="test-worker", bootstrap=bootstrap, group_id=group, input_topics=["nodestate.v1"],
-                          handler=handle, producer=producer, topic_prefix=prefix, max_records=20)
+    worker = StreamWorker(
+        service="test-worker",
+        bootstrap=bootstrap,
+        group_id=group,
+        input_topics=["nodestate.v1"],
+        handler=handle,
+        producer=producer,
+        topic_prefix=prefix,
+        max_records=20,
+    )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:

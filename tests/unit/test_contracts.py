@@ -135,24 +135,48 @@ def test_counter_never_invents_a_number() -> None:
 
 def test_feature_vector_mask_must_match_values() -> None:
     with pytest.raises(ValueError, match="valid has"):
-        FeatureVector(node="n", ts_ms=TS, window_s=10, schema_hash="abcdef0123", values=[1.0, 2.0],
-                      valid=[True], samples=3, input_ts_ms=TS)
+        FeatureVector(
+            node="n",
+            ts_ms=TS,
+            window_s=10,
+            schema_hash="abcdef0123",
+            values=[1.0, 2.0],
+            valid=[True],
+            samples=3,
+            input_ts_ms=TS,
+        )
 
 
 def test_decision_carries_every_proposal() -> None:
     target = TargetRef(kind="Deployment", name="web", namespace="prod")
     proposals = [
-        Proposal(proposal_id=f"p{i}", agent=agent, kind=kind, target=target, score=0.5 + i / 10, ts_ms=TS,
-                 evidence=[Evidence(topic="risk.v1", key="web", field="p", value=0.9, ts_ms=TS)])
+        Proposal(
+            proposal_id=f"p{i}",
+            agent=agent,
+            kind=kind,
+            target=target,
+            score=0.5 + i / 10,
+            ts_ms=TS,
+            evidence=[Evidence(topic="risk.v1", key="web", field="p", value=0.9, ts_ms=TS)],
+        )
         for i, (agent, kind) in enumerate([("reliability", "scale_out"), ("efficiency", "scale_in")])
     ]
-    decision = Decision(decision_id="d1", ts_ms=TS, target=target, action="scale_out", chosen_proposal_id="p0",
-                        reason="SLA over efficiency", proposals=proposals, mode="dry-run")
+    decision = Decision(
+        decision_id="d1",
+        ts_ms=TS,
+        target=target,
+        action="scale_out",
+        chosen_proposal_id="p0",
+        reason="SLA over efficiency",
+        proposals=proposals,
+        mode="dry-run",
+    )
     back = decode(Decision, encode(decision))
     assert [p.agent for p in back.proposals] == ["reliability", "efficiency"]
     assert back.target.key() == "Deployment/prod/web"
-    result = ActionResult(decision_id="d1", ts_ms=TS, target=target, action="scale_out", outcome="dry-run",
-                          message="ok", api_status=200)
+    result = ActionResult(
+        decision_id="d1", ts_ms=TS, target=target, action="scale_out", outcome="dry-run", message="ok", api_status=200
+    )
     assert decode(ActionResult, encode(result)) == result
 
 
@@ -168,8 +192,9 @@ finite = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=
     event=st.sampled_from(BORG_EVENT_TYPES),
 )
 def test_property_round_trip(node: str, seq: int, cpu: float, raw: float, event: str) -> None:
-    state = node_state(node=node, seq=seq, cpu_util=cpu,
-                       counters={"cycles": Counter(raw=raw, value=raw, enabled_ns=10, running_ns=10)})
+    state = node_state(
+        node=node, seq=seq, cpu_util=cpu, counters={"cycles": Counter(raw=raw, value=raw, enabled_ns=10, running_ns=10)}
+    )
     assert decode(NodeState, encode(state)) == state
     task = TaskEvent(task_id=f"{seq}-0", job_id=str(seq), task_index=0, ts_ms=TS, event=event, source="synthetic")  # type: ignore[arg-type]
     assert decode(TaskEvent, encode(task)) == task

@@ -50,12 +50,14 @@ def test_one_kubernetes_module_per_service() -> None:
 
 def test_contracts_and_runtime_import_no_service() -> None:
     offenders = defaultdict(list)
-    for base, banned in ((ROOT / "contracts", ("services", "borgctl", "training")),
-                         (SERVICES / "runtime", ("borgctl", "training"))):
+    for base, banned in (
+        (ROOT / "contracts", ("services", "borgctl", "training")),
+        (SERVICES / "runtime", ("borgctl", "training")),
+    ):
         for path in base.rglob("*.py"):
             for mod in imports_of(path):
                 top_service = mod.startswith("services.") and not mod.startswith("services.runtime")
-                if mod.startswith(banned) and not (base.name == "runtime" and mod.startswith("services.runtime")) or (
+                if (mod.startswith(banned) and not (base.name == "runtime" and mod.startswith("services.runtime"))) or (
                     base.name == "runtime" and top_service
                 ):
                     offenders[str(path.relative_to(ROOT))].append(mod)

@@ -22,8 +22,9 @@ def test_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("var", "value"),
     [("OTEL_SAMPLE_RATIO", "2"), ("ERROR_POLICY", "ignore"), ("HEALTH_PORT", "http"), ("LOG_LEVEL", "loud")],
 )
-def test_bad_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                        var: str, value: str) -> None:
+def test_bad_setting_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], var: str, value: str
+) -> None:
     monkeypatch.setenv(var, value)
     with pytest.raises(SettingsError):
         load_settings(RuntimeSettings)

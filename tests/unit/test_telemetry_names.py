@@ -27,13 +27,20 @@ def violations(path: Path) -> list[str]:
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         if name in ("set_attribute", "set_attributes") and node.args:
             first = node.args[0]
-            keys = [first.value] if isinstance(first, ast.Constant) and isinstance(first.value, str) else _literal_keys(first)
+            keys = (
+                [first.value]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str)
+                else _literal_keys(first)
+            )
             bad += [f"{path.name}:{node.lineno} attribute {k!r}" for k in keys if k not in telemetry.SPAN_ATTRIBUTES]
         if name in SPAN_CALLS:
             for kw in node.keywords:
                 if kw.arg == "attributes":
-                    bad += [f"{path.name}:{node.lineno} attribute {k!r}" for k in _literal_keys(kw.value)
-                            if k not in telemetry.SPAN_ATTRIBUTES]
+                    bad += [
+                        f"{path.name}:{node.lineno} attribute {k!r}"
+                        for k in _literal_keys(kw.value)
+                        if k not in telemetry.SPAN_ATTRIBUTES
+                    ]
             if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                 span = node.args[0].value
                 if span not in telemetry.SPAN_NAMES:

@@ -6,16 +6,42 @@ from borgctl.trace import build_tree, render
 
 TRACE = {
     "traceID": "t1",
-    "processes": {"p1": {"serviceName": "node-agent"}, "p2": {"serviceName": "features"}, "p3": {"serviceName": "referee"}},
+    "processes": {
+        "p1": {"serviceName": "node-agent"},
+        "p2": {"serviceName": "features"},
+        "p3": {"serviceName": "referee"},
+    },
     "spans": [
-        {"spanID": "a", "operationName": "nodestate.v1 publish", "processID": "p1", "startTime": 1_000_000,
-         "duration": 1500, "tags": [{"key": "node.name", "value": "n1"}], "references": []},
-        {"spanID": "b", "operationName": "nodestate.v1 process", "processID": "p2", "startTime": 1_002_000,
-         "duration": 800, "tags": [], "references": [{"refType": "CHILD_OF", "traceID": "t1", "spanID": "a"}]},
-        {"spanID": "c", "operationName": "referee decide", "processID": "p3", "startTime": 1_010_000,
-         "duration": 2500, "tags": [{"key": "decision.id", "value": "d-1"}],
-         "references": [{"refType": "CHILD_OF", "traceID": "t1", "spanID": "b"},
-                        {"refType": "FOLLOWS_FROM", "traceID": "t9", "spanID": "zz"}]},
+        {
+            "spanID": "a",
+            "operationName": "nodestate.v1 publish",
+            "processID": "p1",
+            "startTime": 1_000_000,
+            "duration": 1500,
+            "tags": [{"key": "node.name", "value": "n1"}],
+            "references": [],
+        },
+        {
+            "spanID": "b",
+            "operationName": "nodestate.v1 process",
+            "processID": "p2",
+            "startTime": 1_002_000,
+            "duration": 800,
+            "tags": [],
+            "references": [{"refType": "CHILD_OF", "traceID": "t1", "spanID": "a"}],
+        },
+        {
+            "spanID": "c",
+            "operationName": "referee decide",
+            "processID": "p3",
+            "startTime": 1_010_000,
+            "duration": 2500,
+            "tags": [{"key": "decision.id", "value": "d-1"}],
+            "references": [
+                {"refType": "CHILD_OF", "traceID": "t1", "spanID": "b"},
+                {"refType": "FOLLOWS_FROM", "traceID": "t9", "spanID": "zz"},
+            ],
+        },
     ],
 }
 
