@@ -1,0 +1,162 @@
+"""The dashboard's whole state, fed one message at a time; snapshots and diffs for the browser.
+
+Pure: no I/O, the caller passes the time. Every change bumps one version counter; a snapshot taken
+with ``since=v`` holds only what changed after version ``v`` (decisions, nodes, sparkline points),
+so a browser that has applied ``v`` stays current with a few kilobytes per update, however many
+nodes there are. Clusters, intents and pipeline health are small and sent whole when they change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from contracts.base import Contract
+from contracts.models import ActionResult, AnomalyScore, ClusterState, DeadLetter, Decision, FailureRisk, RegimeLabel
+from services.dashboard.clusters import ClusterBoard
+from services.dashboard.decisions import DecisionLog
+from services.dashboard.nodes import NodeBoard
+from services.dashboard.pipeline import PipelineHealth
+
+JsonDict = dict[str, Any]
+
+# The topics the dashboard consumes (base names) and the node signal each compacted one carries.
+CONSUMED_TOPICS: tuple[str, ...] = (
+    "decisions.v1",
+    "actions.v1",
+    "regimes.v1",
+    "anomalies.v1",
+    "risk.v1",
+    "clusterstate.v1",
+    "deadletter.v1",
+)
+NODE_SIGNAL_TOPICS = {"regimes.v1": "regime", "anomalies.v1": "anomaly", "risk.v1": "risk"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateConfig:
+    stale_ms: int = 60_000
+    history_ms: int = 10 * 60_000
+    sparkline_points: int = 60
+    max_decisions: int = 500
+    max_deadletters: int = 100
+    snapshot_decisions: int = 300
+    topic_prefix: str = ""
+    jaeger_url: str = "http://127.0.0.1:16686"
+
+
+class DashboardState:
+    def __init__(self, config: StateConfig | None = None) -> None:
+        self.config = config = config or StateConfig()
+        self.version = 0
+        self.decisions = DecisionLog(capacity=config.max_decisions)
+        self.nodes = NodeBoard(history_ms=config.history_ms, points=config.sparkline_points, stale_ms=config.stale_ms)
+        self.clusters = ClusterBoard()
+        self.pipeline = PipelineHealth(
+            history_ms=config.history_ms,
+            points=config.sparkline_points,
+            max_deadletters=config.max_deadletters,
+            topic_prefix=config.topic_prefix,
+        )
+        self.ignored = 0  # valid messages with nothing to show (task-level risk)
+
+    def _bump(self) -> int:
+        self.version += 1
+        return self.version
+
+    # ---------------------------------------------------------------- input
+
+    def apply(self, base_topic: str, value: Contract, *, trace_id: str | None = None) -> None:
+        """One decoded message from `base_topic` (trace_id: from its traceparent header)."""
+        self.pipeline.count_read(base_topic)
+        v = self._bump()
+        if isinstance(value, Decision):
+            self.decisions.add_decision(value, trace_id, v)
+        elif isinstance(value, ActionResult):
+            self.decisions.add_result(value, trace_id, v)
+        elif isinstance(value, RegimeLabel):
+            self.nodes.add_regime(value, v)
+        elif isinstance(value, AnomalyScore):
+            self.nodes.add_anomaly(value, v)
+        elif isinstance(value, FailureRisk):
+            if not self.nodes.add_risk(value, v):
+                self.ignored += 1
+        elif isinstance(value, ClusterState):
+            self.clusters.add(value, v)
+        elif isinstance(value, DeadLetter):
+            self.pipeline.add_deadletter(value, v)
+        else:
+            self.ignored += 1
+
+    def forget(self, base_topic: str, key: str) -> None:
+        """A tombstone (null value) on a compacted topic."""
+        self.pipeline.count_read(base_topic)
+        v = self._bump()
+        if base_topic in NODE_SIGNAL_TOPICS:
+            self.nodes.forget(NODE_SIGNAL_TOPICS[base_topic], key, v)
+        elif base_topic == "clusterstate.v1":
+            self.clusters.forget(key, v)
+
+    def bad(self, base_topic: str, error: str) -> None:
+        """A record that did not decode (it is the producer's job to dead-letter its inputs, not ours)."""
+        self.pipeline.count_read(base_topic, bad=True, error=error)
+        self._bump()
+
+    def record_offsets(self, now_ms: int, totals: dict[str, int]) -> None:
+        self.pipeline.record_offsets(now_ms, totals, self._bump())
+
+    def record_lag(self, now_ms: int, lags: dict[str, dict[str, int]]) -> None:
+        self.pipeline.record_lag(now_ms, lags, self._bump())
+
+    def set_reader(self, *, connected: bool | None = None, caught_up: bool | None = None) -> None:
+        status = self.pipeline.reader
+        if connected is not None:
+            status.connected = connected
+        if caught_up is not None:
+            status.caught_up = caught_up
+        self._bump()
+
+    def set_error(self, which: Literal["reader", "monitor"], error: str | None) -> None:
+        """The reader's or the monitor's current Kafka problem (None: resolved)."""
+        status = self.pipeline.reader
+        if which == "reader":
+            status.error = error
+        else:
+            status.monitor_error = error
+        self._bump()
+
+    # ---------------------------------------------------------------- output
+
+    def snapshot(self, now_ms: int, since: int | None = None) -> JsonDict:
+        """Everything (since=None) or what changed after version `since`, as JSON-ready data."""
+        c = self.config
+        full = since is None
+        out: JsonDict = {
+            "type": "snapshot" if full else "diff",
+            "version": self.version,
+            "now_ms": now_ms,
+            "decisions": self.decisions.rows(since, limit=c.snapshot_decisions if full else None),
+            "nodes": self.nodes.rows(now_ms, since),
+            "removed_nodes": self.nodes.removed(since),
+            "pipeline": self.pipeline.view(since),
+            "counts": {
+                "nodes": len(self.nodes),
+                "stale_nodes": self.nodes.stale_count(now_ms),
+                "decisions_seen": self.decisions.total,
+                "decisions_held": len(self.decisions),
+                "results_waiting": self.decisions.orphans,
+                "deadletters": self.pipeline.deadletter_total,
+                "ignored": self.ignored,
+            },
+        }
+        if since is None or max(self.clusters.version, self.decisions.intent_version) > since:
+            out["cluster"] = self.clusters.view(self.decisions.intents)
+        if full:
+            out["config"] = {
+                "jaeger_url": c.jaeger_url.rstrip("/"),
+                "stale_ms": c.stale_ms,
+                "history_ms": c.history_ms,
+                "max_decisions": c.max_decisions,
+                "topic_prefix": c.topic_prefix,
+            }
+        return out

@@ -1,0 +1,442 @@
+// borg-orchestrator live dashboard. Hand-written, no framework, no network access beyond this server.
+//
+// Data: /events (server-sent events) sends one "snapshot" on connect, then at most one "diff" per
+// second with only what changed since. Messages are merged into plain Maps; rendering happens in
+// requestAnimationFrame, only for the sections that changed, and the node list is virtualised (only
+// the rows in view exist in the DOM), so hundreds or thousands of nodes do not freeze the page.
+"use strict";
+(() => {
+  const ROW_H = 30;
+  const MAX_DECISION_ROWS = 200;
+  const REGIMES = ["none", "llc", "membw", "core", "mixed"];
+  const AGENTS = ["reliability", "efficiency", "admission"];
+
+  const S = {
+    config: { jaeger_url: "http://127.0.0.1:16686", stale_ms: 60000, history_ms: 600000, max_decisions: 500 },
+    version: 0,
+    clockOffset: 0, // server time minus browser time
+    decisions: new Map(),
+    decisionOrder: [],
+    seenDecisions: new Set(),
+    nodes: new Map(),
+    nodeOrder: [],
+    cluster: { clusters: [], unlisted: [] },
+    pipeline: null,
+    deadletters: { by_source: [], last: [] },
+    counts: {},
+    connected: false,
+    lastMessage: 0,
+    stats: { messages: 0, maxApplyMs: 0, maxRenderMs: 0, renders: 0 }, // main-thread cost, for tests and curiosity
+  };
+  const dirty = { header: true, decisions: true, order: true, nodes: true, cluster: true, pipeline: true, deadletters: true };
+  let frame = 0;
+  const $ = (id) => document.getElementById(id);
+
+  // ------------------------------------------------------------------ helpers
+
+  const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  const esc = (v) => (v === null || v === undefined ? "" : String(v).replace(/[&<>"']/g, (c) => ESC[c]));
+  const serverNow = () => Date.now() + S.clockOffset;
+  const pad = (n) => String(n).padStart(2, "0");
+  function clock(ms) {
+    const d = new Date(ms);
+    return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  }
+  function age(ms) {
+    if (!ms) return "–";
+    const s = Math.max(0, Math.round((serverNow() - ms) / 1000));
+    if (s < 90) return `${s}s`;
+    if (s < 5400) return `${Math.round(s / 60)}m`;
+    return `${Math.round(s / 3600)}h`;
+  }
+  const fmt = (v, d = 2) => (typeof v === "number" ? v.toFixed(d) : "–");
+  const horizon = (s) => (s >= 3600 && s % 3600 === 0 ? `${s / 3600}h` : s >= 60 && s % 60 === 0 ? `${s / 60}m` : `${s}s`);
+  const traceUrl = (id) => `${S.config.jaeger_url}/trace/${encodeURIComponent(id)}`;
+  const targetText = (t) => (t.namespace ? `${t.kind} ${t.namespace}/${t.name}` : `${t.kind} ${t.name}`);
+
+  function schedule(...parts) {
+    for (const p of parts) dirty[p] = true;
+    if (!frame) frame = requestAnimationFrame(render);
+  }
+
+  // sparkline over the configured history, ending at server time now
+  function spark(points, cls, max) {
+    const t1 = serverNow();
+    const t0 = t1 - S.config.history_ms;
+    if (!points || points.length === 0) return '<svg class="spark" viewBox="0 0 64 18"></svg>';
+    const top = Math.max(max || 0, ...points.map((p) => p[1]), 1e-9);
+    const xy = points
+      .filter((p) => p[0] >= t0)
+      .map((p) => `${(((p[0] - t0) / (t1 - t0)) * 64).toFixed(1)},${(17 - (p[1] / top) * 15).toFixed(1)}`);
+    const line = xy.length === 1 ? `${xy[0]} ${(64).toFixed(1)},${xy[0].split(",")[1]}` : xy.join(" ");
+    return `<svg class="spark" viewBox="0 0 64 18" preserveAspectRatio="none"><polyline class="${cls}" points="${line}"/></svg>`;
+  }
+
+  function regimeStrip(points) {
+    const t1 = serverNow();
+    const t0 = t1 - S.config.history_ms;
+    if (!points || points.length === 0) return '<svg class="spark" viewBox="0 0 64 18"></svg>';
+    const rects = [];
+    for (let i = 0; i < points.length; i++) {
+      const [ts, idx] = points[i];
+      if (ts < t0) continue;
+      const next = i + 1 < points.length ? points[i + 1][0] : t1;
+      const x = ((ts - t0) / (t1 - t0)) * 64;
+      const w = Math.max(1, ((Math.min(next, t1) - ts) / (t1 - t0)) * 64);
+      rects.push(`<rect class="r-${REGIMES[idx] || "none"}" x="${x.toFixed(1)}" y="2" width="${w.toFixed(1)}" height="14"/>`);
+    }
+    return `<svg class="spark" viewBox="0 0 64 18" preserveAspectRatio="none">${rects.join("")}</svg>`;
+  }
+
+  // a series on the wire is {s: first bucket ms, d: bucket ms, v: [value or null per bucket]}
+  function expand(c) {
+    const out = [];
+    if (!c || c.s === null) return out;
+    for (let k = 0; k < c.v.length; k++) if (c.v[k] !== null) out.push([c.s + k * c.d, c.v[k]]);
+    return out;
+  }
+
+  // merge changed sparkline points (same bucket replaced, newer appended) and drop what left the window
+  function mergePoints(old, fresh) {
+    if (!old || old.length === 0) return fresh;
+    if (fresh.length === 0) return old;
+    const byTs = new Map(old.map((p) => [p[0], p]));
+    for (const p of fresh) byTs.set(p[0], p);
+    const merged = [...byTs.values()].sort((a, b) => a[0] - b[0]);
+    const cutoff = merged[merged.length - 1][0] - S.config.history_ms;
+    return merged.filter((p) => p[0] >= cutoff);
+  }
+
+  // ------------------------------------------------------------------ data
+
+  function apply(msg) {
+    const t0 = performance.now();
+    applyMessage(msg);
+    S.stats.messages++;
+    S.stats.maxApplyMs = Math.max(S.stats.maxApplyMs, performance.now() - t0);
+  }
+
+  function applyMessage(msg) {
+    const full = msg.type === "snapshot";
+    if (full) {
+      S.decisions.clear();
+      S.nodes.clear();
+      if (msg.config) S.config = msg.config;
+    }
+    S.version = msg.version;
+    S.clockOffset = msg.now_ms - Date.now();
+    S.lastMessage = Date.now();
+    if (msg.decisions.length) {
+      for (const row of msg.decisions) S.decisions.set(row.id, row);
+      S.decisionOrder = [...S.decisions.values()].sort((a, b) => b.ts - a.ts);
+      while (S.decisionOrder.length > S.config.max_decisions) S.decisions.delete(S.decisionOrder.pop().id);
+      dirty.decisions = true;
+    }
+    if (msg.nodes.length || msg.removed_nodes.length || full) {
+      for (const row of msg.nodes) {
+        // a diff carries only the signals and series that changed: merge them into what we have
+        const old = full ? null : S.nodes.get(row.node);
+        const merged = old ? { ...old, ...row, series: { ...old.series } } : { regime: null, anomaly: null, risk: null, ...row, series: {} };
+        for (const k of Object.keys(row.series)) {
+          const fresh = expand(row.series[k]);
+          merged.series[k] = old ? mergePoints(old.series[k], fresh) : fresh;
+        }
+        S.nodes.set(row.node, merged);
+      }
+      for (const name of msg.removed_nodes) S.nodes.delete(name);
+      dirty.order = true;
+    }
+    if (msg.cluster) {
+      S.cluster = msg.cluster;
+      dirty.cluster = true;
+    }
+    S.pipeline = msg.pipeline;
+    if (msg.pipeline.deadletters) {
+      S.deadletters = msg.pipeline.deadletters;
+      dirty.deadletters = true;
+    }
+    S.counts = msg.counts;
+    schedule("header", "nodes", "pipeline");
+  }
+
+  function connect() {
+    const source = new EventSource("/events");
+    const onMessage = (e) => {
+      S.connected = true;
+      apply(JSON.parse(e.data));
+    };
+    source.addEventListener("snapshot", onMessage);
+    source.addEventListener("diff", onMessage);
+    source.onopen = () => schedule("header");
+    source.onerror = () => {
+      S.connected = false; // EventSource reconnects by itself; the server then sends a fresh snapshot
+      schedule("header");
+    };
+  }
+
+  // ------------------------------------------------------------------ rendering
+
+  function render() {
+    frame = 0;
+    const t0 = performance.now();
+    if (dirty.header) renderHeader();
+    if (dirty.decisions && !$("decision-pause").checked) renderDecisions();
+    if (dirty.order) sortNodes();
+    if (dirty.nodes) renderNodes();
+    if (dirty.cluster) renderCluster();
+    if (dirty.pipeline) renderPipeline();
+    if (dirty.deadletters) renderDeadLetters();
+    document.body.dataset.version = String(S.version);
+    S.stats.renders++;
+    S.stats.maxRenderMs = Math.max(S.stats.maxRenderMs, performance.now() - t0);
+  }
+
+  function renderHeader() {
+    dirty.header = false;
+    const live = S.connected && Date.now() - S.lastMessage < 5000;
+    const conn = $("conn");
+    conn.className = `conn ${live ? "conn-live" : "conn-off"}`;
+    conn.textContent = live ? "live" : S.lastMessage ? `reconnecting (last update ${age(S.lastMessage + S.clockOffset)} ago)` : "connecting…";
+    const c = S.counts;
+    if (c.nodes !== undefined) {
+      let stale = 0;
+      const now = serverNow();
+      for (const n of S.nodes.values()) if (now - n.last_ts > S.config.stale_ms) stale++;
+      $("summary").innerHTML =
+        `<b>${c.nodes}</b> nodes (<b>${stale}</b> stale) · <b>${c.decisions_seen}</b> decisions` +
+        ` · <b>${c.deadletters}</b> dead letters` + (S.config.topic_prefix ? ` · topics <b>${esc(S.config.topic_prefix)}*</b>` : "");
+    }
+    const j = $("jaeger-link");
+    j.href = S.config.jaeger_url;
+  }
+
+  function decisionMatches(d, q) {
+    if (!q) return true;
+    const hay = [
+      d.target.key, d.action, d.reason, d.mode, d.result ? d.result.outcome : "awaiting",
+      ...d.proposals.map((p) => `${p.agent} ${p.kind}`),
+    ].join(" ").toLowerCase();
+    return q.split(/\s+/).every((w) => hay.includes(w));
+  }
+
+  function proposalHtml(p) {
+    const payload = Object.entries(p.payload || {}).map(([k, v]) => `${k}=${v}`).join(" ");
+    const evidence = p.evidence.join("\n") + (p.evidence_more ? `\n… ${p.evidence_more} more` : "");
+    const title = `${p.agent} ${p.kind} ${p.target}\nscore ${p.score}${payload ? `\n${payload}` : ""}${evidence ? `\nevidence:\n${evidence}` : ""}`;
+    return (
+      `<div class="proposal agent-${esc(p.agent)}${p.chosen ? " chosen" : ""}" data-agent="${esc(p.agent)}" data-kind="${esc(p.kind)}" title="${esc(title)}">` +
+      `<span class="agent">${esc(p.agent)}</span><span class="score">${fmt(p.score)}</span>` +
+      `<span class="kind">${esc(p.kind)}${payload ? ` <span class="muted">${esc(payload)}</span>` : ""}</span>` +
+      `<span class="ptarget">${esc(p.target)}${p.chosen ? ' · <span class="tick">✓ chosen</span>' : ""}</span>` +
+      `<span class="bar" style="width:${Math.round(p.score * 100)}%"></span></div>`
+    );
+  }
+
+  function renderDecisions() {
+    dirty.decisions = false;
+    const q = $("decision-filter").value.trim().toLowerCase();
+    const rows = [];
+    let matched = 0;
+    for (const d of S.decisionOrder) {
+      if (!decisionMatches(d, q)) continue;
+      matched++;
+      if (rows.length >= MAX_DECISION_ROWS) continue;
+      const r = d.result;
+      const outcome = r ? r.outcome : "awaiting";
+      const fresh = !S.seenDecisions.has(d.id);
+      S.seenDecisions.add(d.id);
+      const trace = d.trace_id ? `<a class="trace" href="${esc(traceUrl(d.trace_id))}" target="_blank" rel="noopener">trace ↗</a>` : '<span class="muted">no trace</span>';
+      const proposals = d.proposals.length ? d.proposals.map(proposalHtml).join("") : '<span class="muted">no proposals</span>';
+      rows.push(
+        `<article class="decision${fresh ? " fresh" : ""}" data-decision-id="${esc(d.id)}" data-outcome="${esc(outcome)}">` +
+        `<div class="d-head"><time title="${esc(new Date(d.ts).toISOString())}">${clock(d.ts)}</time>` +
+        `<span class="d-target">${esc(targetText(d.target))}</span>` +
+        `<span class="d-action${d.action === "none" ? " none" : ""}">${esc(d.action)}</span>` +
+        `<span class="badge o-${esc(outcome)}" title="ActionResult outcome">${esc(r ? outcome : "awaiting result")}</span>` +
+        `<span class="d-mode">${esc(d.mode)} · ${d.proposals.length} weighed${d.duplicates ? ` · replayed ×${d.duplicates}` : ""}</span>` +
+        `<span class="d-links">${trace}<a href="/api/decisions/${encodeURIComponent(d.id)}" target="_blank" rel="noopener">json</a></span></div>` +
+        `<div class="reason">${esc(d.reason)}</div>` +
+        `<div class="proposals">${proposals}</div>` +
+        (r ? `<div class="result-msg" title="${esc(r.message)}">${r.api_status ? `API ${r.api_status} · ` : ""}${esc(r.message)}</div>` : "") +
+        `</article>`,
+      );
+    }
+    const box = $("decisions");
+    box.innerHTML = rows.length ? rows.join("") : `<p class="empty">${S.decisions.size ? "no decision matches the filter" : "waiting for decisions…"}</p>`;
+    $("decision-count").textContent = `${Math.min(matched, MAX_DECISION_ROWS)} shown of ${matched}${q ? " matching" : ""} (${S.decisions.size} held)`;
+  }
+
+  function attention(n) {
+    const regime = n.regime && n.regime.label !== "none" ? Math.min(1, (n.regime.slowdown - 1) / 2 + 0.3) : 0;
+    return Math.max(n.anomaly ? n.anomaly.score : 0, n.risk ? n.risk.max : 0, regime);
+  }
+
+  function sortNodes() {
+    dirty.order = false;
+    const q = $("node-filter").value.trim().toLowerCase();
+    const how = $("node-sort").value;
+    const now = serverNow();
+    let list = [...S.nodes.values()];
+    if (q) list = list.filter((n) => n.node.toLowerCase().includes(q) || (n.regime && n.regime.label === q));
+    const byName = (a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0);
+    const key = {
+      attention: (n) => attention(n),
+      anomaly: (n) => (n.anomaly ? n.anomaly.score : -1),
+      risk: (n) => (n.risk ? n.risk.max : -1),
+      regime: (n) => (n.regime ? REGIMES.indexOf(n.regime.label) : -1),
+    }[how];
+    if (!key) list.sort(byName);
+    else {
+      list.sort((a, b) => {
+        const sa = now - a.last_ts > S.config.stale_ms;
+        const sb = now - b.last_ts > S.config.stale_ms;
+        if (sa !== sb) return sa ? 1 : -1; // stale nodes last
+        return key(b) - key(a) || byName(a, b);
+      });
+    }
+    S.nodeOrder = list;
+    $("node-count").textContent = `${list.length}${q ? ` of ${S.nodes.size}` : ""} nodes`;
+    dirty.nodes = true;
+  }
+
+  function nodeRow(n, i) {
+    const now = serverNow();
+    const staleMs = S.config.stale_ms;
+    const old = (sig) => (sig && now - sig.ts > staleMs ? " cell-stale" : "");
+    const rg = n.regime;
+    const regime = rg
+      ? `<span class="regime r-${esc(rg.label)}" title="raw ${esc(rg.raw)} · worst class ${esc(rg.worst_class)} ×${fmt(rg.slowdown)} · model ${esc(rg.model)}">${esc(rg.label)}</span><span class="conf">${fmt(rg.confidence)}</span>`
+      : '<span class="muted">–</span>';
+    const an = n.anomaly;
+    const anomaly = an ? `<span class="${an.is_anomaly ? "anom-hot" : ""}" title="threshold ${fmt(an.threshold)}">${fmt(an.score)}</span>` : '<span class="muted">–</span>';
+    const rk = n.risk;
+    const risk = rk
+      ? rk.horizons.map(([h, p]) => `<span class="risk-h ${p >= 0.7 ? "risk-hot" : p >= 0.4 ? "risk-warm" : ""}" title="P(failure within ${h}s) = ${fmt(p, 3)}"><i>${horizon(h)}</i> ${fmt(p).replace(/^0\./, ".")}</span>`).join("")
+      : '<span class="muted">–</span>';
+    const stale = now - n.last_ts > staleMs;
+    return (
+      `<div class="nrow node-grid${stale ? " stale" : ""}" style="top:${i * ROW_H}px" data-node="${esc(n.node)}" data-stale="${stale}">` +
+      `<span class="name" title="${esc(n.node)}">${esc(n.node)}</span>` +
+      `<span class="regime-cell${old(rg)}" data-regime="${rg ? esc(rg.label) : ""}">${regime}</span>` +
+      `<span>${regimeStrip(n.series.regime)}</span>` +
+      `<span class="num${old(an)}">${anomaly}</span>` +
+      `<span>${spark(n.series.anomaly, "a", 1)}</span>` +
+      `<span class="${old(rk)}">${risk}</span>` +
+      `<span>${spark(n.series.risk, "k", 1)}</span>` +
+      `<span class="num muted">${age(n.last_ts)}</span></div>`
+    );
+  }
+
+  function renderNodes() {
+    dirty.nodes = false;
+    const box = $("nodes");
+    const list = S.nodeOrder;
+    $("nodes-spacer").style.height = `${list.length * ROW_H}px`;
+    const first = Math.max(0, Math.floor(box.scrollTop / ROW_H) - 5);
+    const last = Math.min(list.length, Math.ceil((box.scrollTop + box.clientHeight) / ROW_H) + 5);
+    const html = [];
+    for (let i = first; i < last; i++) html.push(nodeRow(list[i], i));
+    $("nodes-rows").innerHTML = list.length ? html.join("") : `<p class="empty">${S.nodes.size ? "no node matches the filter" : "no node data yet (regimes.v1, anomalies.v1, risk.v1)"}</p>`;
+  }
+
+  function intentText(i) {
+    if (!i) return '<span class="muted">–</span>';
+    const to = i.replicas !== null ? ` → ${i.from_replicas !== null ? `${i.from_replicas}→` : ""}${i.replicas}` : "";
+    return `${esc(i.action)}${to} <span class="badge o-${esc(i.outcome || "awaiting")}">${esc(i.outcome || "awaiting result")}</span> <span class="muted">${age(i.ts)} ago</span>`;
+  }
+
+  function renderCluster() {
+    dirty.cluster = false;
+    const parts = [];
+    for (const c of S.cluster.clusters) {
+      const ns = c.namespace_intent;
+      parts.push(
+        `<div class="cluster-head" data-cluster="${esc(c.key)}"><b>${esc(c.cluster)}${c.namespace ? ` / ${esc(c.namespace)}` : ""}</b>` +
+        `<span>pending pods <b>${c.pending_pods}</b>${c.pending_pods ? ` (oldest ${Math.round(c.oldest_pending_s)}s)` : ""}</span>` +
+        `<span>running <b>${c.running_pods}</b></span>` +
+        `<span>queue <b class="q-${esc(c.queue_health)}">${esc(c.queue_health)}</b></span>` +
+        `<span>nodes ready <b>${c.nodes_ready}/${c.nodes_total}</b></span>` +
+        `<span class="muted">reported ${age(c.ts)} ago</span>` +
+        (ns ? `<span>orchestrator on namespace: ${intentText(ns)}</span>` : "") + `</div>`,
+      );
+      if (c.deployments.length) {
+        parts.push('<table class="t"><thead><tr><th>deployment</th><th class="num">k8s desired</th><th class="num">ready</th>' +
+          '<th class="num">available</th><th>orchestrator\'s latest decision</th><th>relation</th></tr></thead><tbody>');
+        for (const d of c.deployments) {
+          parts.push(
+            `<tr data-deployment="${esc(d.key)}"><td>${esc(d.namespace)}/${esc(d.name)}</td><td class="num">${d.desired}</td>` +
+            `<td class="num">${d.ready}</td><td class="num">${d.available}</td><td>${intentText(d.intent)}</td>` +
+            `<td><span class="badge s-${esc(d.status)}">${esc(d.status)}</span></td></tr>`,
+          );
+        }
+        parts.push("</tbody></table>");
+      }
+    }
+    if (S.cluster.unlisted.length) {
+      parts.push('<div class="subhead">decided on, not in any cluster state</div><table class="t"><tbody>');
+      for (const d of S.cluster.unlisted) {
+        parts.push(`<tr data-deployment="${esc(d.key)}"><td>${esc(d.key)}</td><td>${intentText(d.intent)}</td><td><span class="badge s-${esc(d.status)}">${esc(d.status)}</span></td></tr>`);
+      }
+      parts.push("</tbody></table>");
+    }
+    $("cluster").innerHTML = parts.length ? parts.join("") : '<p class="empty">no cluster state yet (clusterstate.v1)</p>';
+  }
+
+  function renderPipeline() {
+    dirty.pipeline = false;
+    const p = S.pipeline;
+    if (!p) return;
+    const r = p.reader;
+    $("reader-status").innerHTML =
+      (r.connected ? (r.caught_up ? "reader live" : "reader catching up…") : '<span class="err">reader disconnected</span>') +
+      (r.error ? ` · <span class="err">${esc(r.error)}</span>` : "") +
+      (r.monitor_error ? ` · <span class="err">offsets: ${esc(r.monitor_error)}</span>` : "");
+    const topics = p.topics.map((t) =>
+      `<tr data-topic="${esc(t.topic)}" title="end offset ${t.total}; read by this dashboard: ${t.read}"><td>${esc(t.topic)}` +
+      `${t.bad ? ` <span class="err">(${t.bad} undecodable)</span>` : ""}</td><td class="num">${fmt(t.rate, 1)}</td>` +
+      `<td class="num">${t.total}</td><td>${spark(expand(t.series), "t")}</td></tr>`).join("");
+    const groups = p.groups.map((g) => {
+      const top = Object.entries(g.topics).slice(0, 3).map(([k, v]) => `${esc(k)} ${v}`).join(", ");
+      return `<tr data-group="${esc(g.group)}" title="${top}"><td>${esc(g.group)}<div class="muted">${top}</div></td>` +
+        `<td class="num${g.lag > 1000 ? " err" : ""}">${g.lag}</td><td>${spark(expand(g.series), "k")}</td></tr>`;
+    }).join("");
+    const bad = r.last_bad.length ? `<div class="subhead">undecodable records read here</div>` + r.last_bad.map((b) => `<div class="err" style="padding:0 10px">${esc(b)}</div>`).join("") : "";
+    $("pipeline-topics").innerHTML =
+      '<div class="subhead">messages/s per topic</div><table class="t"><thead><tr><th>topic</th><th class="num">msg/s</th>' +
+      '<th class="num">offset</th><th>history</th></tr></thead><tbody>' +
+      (topics || '<tr><td colspan="4" class="muted">no offsets yet</td></tr>') + "</tbody></table>" + bad;
+    $("pipeline-groups").innerHTML =
+      '<div class="subhead">consumer lag per group</div><table class="t"><thead><tr><th>group</th><th class="num">lag</th>' +
+      '<th>history</th></tr></thead><tbody>' +
+      (groups || '<tr><td colspan="3" class="muted">no consumer group commits on these topics</td></tr>') + "</tbody></table>";
+  }
+
+  function renderDeadLetters() {
+    dirty.deadletters = false;
+    const d = S.deadletters;
+    const total = S.pipeline ? S.pipeline.deadletter_total : 0;
+    const by = d.by_source.map((b) => `<tr><td>${esc(b.source_topic)}</td><td>${esc(b.kind)}</td><td>${esc(b.service)}</td><td class="num">${b.count}</td></tr>`).join("");
+    const last = d.last.map((l) =>
+      `<details class="dl" data-source="${esc(l.source_topic)}"><summary><span class="muted">${clock(l.ts)}</span> ` +
+      `<b>${esc(l.source_topic)}</b>[${l.partition}]@${l.offset} <span class="badge o-failed">${esc(l.kind)}</span> ` +
+      `${esc(l.service)}: ${esc(l.error.slice(0, 160))}</summary>` +
+      `<pre>${esc(l.error)}</pre>${l.value !== null ? `<div class="muted">original value${l.key !== null ? ` (key ${esc(l.key)})` : ""}:</div><pre>${esc(l.value)}</pre>` : ""}</details>`).join("");
+    $("deadletters").innerHTML =
+      `<div class="subhead">dead letters: ${total}</div>` +
+      (by ? '<table class="t"><thead><tr><th>source topic</th><th>kind</th><th>service</th><th class="num">count</th></tr></thead><tbody>' + by + "</tbody></table>" : "") +
+      (last ? `<div class="subhead">last ${d.last.length}</div>${last}` : '<p class="empty">none — nothing was dropped</p>');
+  }
+
+  // ------------------------------------------------------------------ wiring
+
+  $("decision-filter").addEventListener("input", () => schedule("decisions"));
+  $("decision-pause").addEventListener("change", () => schedule("decisions"));
+  $("node-filter").addEventListener("input", () => { $("nodes").scrollTop = 0; schedule("order"); });
+  $("node-sort").addEventListener("change", () => schedule("order"));
+  $("nodes").addEventListener("scroll", () => schedule("nodes"), { passive: true });
+  window.addEventListener("resize", () => schedule("nodes"));
+  // ages, staleness and the connection badge move with time even when no message arrives
+  setInterval(() => schedule("header", "order", "cluster"), 1000);
+  window.__dashboard = S;
+  connect();
+})();
