@@ -227,6 +227,9 @@ class Referee:
             trace_id = f"{span.get_span_context().trace_id:032x}"
             decision = res.decision.model_copy(update={"trace_id": trace_id})
             span.set_attribute(names.DECISION_ID, decision.decision_id)
+            # The decision consumes the window's proposals: name the topic like a consumer span does.
+            span.set_attribute(names.MESSAGING_SYSTEM, "kafka")
+            span.set_attribute(names.MESSAGING_DESTINATION, self.producer.topic(PROPOSALS))
             span.set_attribute(names.DECISION_ACTION, decision.action)
             span.set_attribute(names.DECISION_MODE, decision.mode)
             span.set_attribute(names.DECISION_TARGET, key)
