@@ -9,7 +9,7 @@ export PIP_CACHE_DIR ?= $(BORG_CACHE)/pip
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: run test lint venv stack stack-down bench schemas clean-state unit integration
+.PHONY: run test lint venv stack stack-down bench schemas unit load soak
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || { echo "creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
@@ -49,3 +49,11 @@ bench: venv
 
 schemas: venv
 	@$(PY) -m contracts.schemagen
+
+## load: a quick ramped load scenario (results.json + PNG plots in load/ramp-quick)
+load: venv
+	@$(VENV)/bin/borgctl load ramp --steps 1k,5k,10k,20k --quick --out load/ramp-quick
+
+## soak: 10 minutes at a steady rate; fails on any lost message or memory growth
+soak: venv
+	@$(VENV)/bin/borgctl load soak --rate 600 --minutes 10 --out load/soak

@@ -1,6 +1,7 @@
 """`borgctl replay`: recorded or synthetic traffic onto the topics, at a chosen speed.
 
     borgctl replay --source synthetic   [--nodes 100] [--seed 0] [--count N | --duration S] [--rate R] [--speedup X]
+                                       [--keys uniform|zipf [--zipf-s 1.1]]
     borgctl replay --source perfstat    [--path DIR|FILE]   (raw `perf stat` output → NodeState)
     borgctl replay --source alibaba2018 [--path DIR|FILE]   (machine_usage CSV → NodeState)
     borgctl replay --source google2011  [--path DIR|FILE]   (task_events part files → TaskEvent)
@@ -74,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--speedup", type=float, default=None, help="trace-time compression (default 1; also paces when given)"
     )
     p.add_argument("--seed", type=int, default=0, help="synthetic: simulator seed")
+    p.add_argument(
+        "--keys",
+        choices=["uniform", "zipf"],
+        default="uniform",
+        help="NodeState key distribution: uniform (every node once per interval) or zipf (hot nodes; "
+        "same record count, per-node seq kept gap-free; see loadtests/keydist.py)",
+    )
+    p.add_argument("--zipf-s", type=float, default=1.1, help="--keys zipf: exponent s (share of rank r ∝ 1/r^s)")
     p.add_argument("--interval-ms", type=int, default=1000, help="synthetic: sampling interval")
     p.add_argument("--anomaly-rate", type=float, default=0.0, help="synthetic: anomaly starts per node and interval")
     p.add_argument(
@@ -271,6 +280,10 @@ def main(argv: list[str]) -> int:
     gc.freeze()  # the hot loop allocates short-lived dicts and bytes only; skip rescanning start-up objects
     try:
         source = make_source(args)
+        if args.keys == "zipf":
+            from loadtests.keydist import ZipfSource
+
+            source = ZipfSource(source, args.zipf_s)
         progress = Progress(f"replay {args.source}", sys.stderr, args.quiet)
         summary = asyncio.run(run(args, source, progress))
     except (InputLineError, ReplayError) as exc:

@@ -1,0 +1,368 @@
+"""`borgctl bench pipeline`: NodeState/s through features → regime / anomaly / risk, and latency.
+
+Set-up: a fresh topic namespace on the running broker; the features, regime, anomaly and
+(when ``models/failure`` exists) risk services as separate processes with the shipped
+models; a load generator process playing N simulated nodes at 1 Hz (each node's sample
+at its own phase within the second, NodeState ``ts_ms`` = wall time) plus task events.
+
+Per step (offered load = N NodeState/s) the bench consumes ``features.v1`` and
+``regimes.v1`` and reports, over the step after a warm-up:
+
+* ``throughput``: NodeState/s that reached a closed window (sum of ``FeatureVector.samples``
+  per second) — every sample lands in exactly one window;
+* ``latency_p50`` / ``latency_p99``: regime output received by the bench minus the produce
+  time of the NodeState that closed the window (``RegimeLabel.input_ts_ms``, the Kafka
+  record timestamp) — one measurement per window (a window closes every 10 s per node);
+* ``features_latency_p50`` / ``_p99``: the same for the features hop alone;
+* ``regimes_per_s``, ``sustained`` (1 when throughput ≥ 95 % of offered and the backlog
+  stayed bounded) and per-service ``cpu_percent``.
+
+``BENCH_PIPELINE_STEPS=500,1000,...`` and ``BENCH_PIPELINE_STEP_S`` override the steps;
+``BENCH_FEATURES_WORKERS=N`` runs N features processes in one consumer group (partitions,
+and with them the window table, are split between them).
+
+Steps ascend and stop after the first step that is not sustained; ``ceiling`` is the
+highest sustained offered load. ``target`` says whether 5,000 nodes at 1 Hz with p99 ≤ 250 ms
+was met.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_NODES = 5000
+TARGET_P99_MS = 250.0
+WARMUP_S = 12.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class _Service:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    ps: psutil.Process
+
+
+def _spawn(name: str, bootstrap: str, prefix: str, work: Path, env: dict[str, str]) -> _Service:
+    """``name`` is ``<service>`` or ``<service>#<n>`` (several workers of one service)."""
+    module = name.split("#")[0]
+    port = _free_port()
+    label = name.replace("#", "-")
+    log = work / f"{label}.log"
+    full = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "BORG_TOPIC_PREFIX": prefix, "HEALTH_PORT": str(port),
+            "FAUST_DATADIR": str(work / f"faust-{label}"), "LOG_FORMAT": "text", "LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT), **env}
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", f"services.{module}"], cwd=ROOT, env=full, stdout=out,
+                                stderr=subprocess.STDOUT)
+    return _Service(name, proc, port, log, psutil.Process(proc.pid))
+
+
+def _stop(service: _Service) -> None:
+    if service.proc.poll() is None:
+        service.proc.terminate()
+        try:
+            service.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            service.proc.kill()
+            service.proc.wait(5)
+
+
+async def _wait_ready(services: list[_Service], limit_s: float = 120.0) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + limit_s
+    pending = list(services)
+    async with aiohttp.ClientSession() as http:
+        while pending:
+            for s in list(pending):
+                if s.proc.poll() is not None:
+                    raise RuntimeError(f"{s.name} exited ({s.proc.returncode}); see {s.log}")
+                try:
+                    async with http.get(f"http://127.0.0.1:{s.port}/readyz", timeout=aiohttp.ClientTimeout(1)) as r:
+                        if r.status == 200:
+                            pending.remove(s)
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("services not ready: " + ", ".join(s.name for s in pending))
+            await asyncio.sleep(0.2)
+
+
+# ------------------------------------------------------------------------------ load generator
+
+
+def _generate(bootstrap: str, prefix: str, nodes: int, seconds: float, seed: int, name_prefix: str,
+              done: Any) -> None:
+    """Child process: ``nodes`` simulated nodes at 1 Hz for ``seconds``, sends spread over each second."""
+    asyncio.run(_generate_async(bootstrap, prefix, nodes, seconds, seed, name_prefix, done))
+
+
+async def _generate_async(bootstrap: str, prefix: str, nodes: int, seconds: float, seed: int, name_prefix: str,
+                          done: Any) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    from contracts.headers import build_headers
+    from simulator import SyntheticCluster
+
+    sim = SyntheticCluster(nodes=nodes, seed=seed, node_prefix=name_prefix)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=524_288, acks=1)
+    await producer.start()
+    topic = prefix + "nodestate.v1"
+    task_topic = prefix + "taskevents.v1"
+    headers = build_headers("nodestate.v1")
+    task_headers = build_headers("taskevents.v1")
+    slices = 20
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    tick = 0
+    sent = 0
+    try:
+        while loop.time() - start < seconds:
+            second_start = start + tick
+            now_ms = int(time.time() * 1000) // 1000 * 1000
+            batch = sim.tick()
+            states = batch.nodestate_dicts(seq_offset=0, ts_ms=now_ms)
+            per = (len(states) + slices - 1) // slices
+            for k in range(slices):
+                for state in states[k * per:(k + 1) * per]:
+                    await producer.send(topic, key=state["node"].encode(), value=orjson.dumps(state), headers=headers)
+                    sent += 1
+                target = second_start + (k + 1) / slices
+                delay = target - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            # a trickle of task events for the risk service: one task scheduled per second
+            task: dict[str, Any] = {"task_id": f"bench-{tick}", "job_id": f"bench-job-{tick % 20}", "task_index": tick,
+                    "ts_ms": now_ms, "source": "synthetic", "cpu_request": 0.1, "memory_request": 0.1}
+            for event, extra in (("SUBMIT", {}), ("SCHEDULE", {"machine": states[tick % len(states)]["node"]})):
+                await producer.send(task_topic, key=task["task_id"].encode(),
+                                    value=orjson.dumps({**task, "event": event, **extra}), headers=task_headers)
+            tick += 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+        done.value = sent
+
+
+# ------------------------------------------------------------------------------ measurement
+
+
+@dataclass
+class _Step:
+    nodes: int
+    samples: int = 0
+    windows: int = 0
+    latencies: list[float] | None = None
+
+
+async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, services: list[_Service],
+                   seed: int) -> dict[str, Any]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(prefix + "features.v1", prefix + "regimes.v1", bootstrap_servers=bootstrap,
+                                group_id=None, auto_offset_reset="latest", enable_auto_commit=False,
+                                max_poll_records=5000)
+    await consumer.start()
+    await consumer.getmany(timeout_ms=500)  # position at the end before the load starts
+    ctx = mp.get_context("spawn")
+    done = ctx.Value("q", 0)
+    gen = ctx.Process(target=_generate, args=(bootstrap, prefix, nodes, seconds, seed, f"b{nodes}-", done),
+                      daemon=True)
+    cpu0 = {s.name: s.ps.cpu_times() for s in services}
+    t_start = time.time()
+    gen.start()
+    samples = 0
+    windows = 0
+    latencies: list[float] = []
+    feature_latencies: list[float] = []
+    measure_from = t_start + WARMUP_S
+    measure_to = t_start + seconds
+    cpu_mark: dict[str, Any] = {}
+    try:
+        while time.time() < measure_to + 2.0:
+            batch = await consumer.getmany(timeout_ms=200)
+            received = time.time()
+            if received >= measure_from and not cpu_mark:
+                cpu_mark = {s.name: s.ps.cpu_times() for s in services}
+            for tp, records in batch.items():
+                in_window = measure_from <= received <= measure_to
+                if not in_window:
+                    continue
+                if tp.topic.endswith("features.v1"):
+                    for r in records:
+                        doc = orjson.loads(r.value)
+                        samples += doc["samples"]
+                        feature_latencies.append(received * 1000 - doc["input_ts_ms"])
+                else:
+                    for r in records:
+                        windows += 1
+                        latencies.append(received * 1000 - orjson.loads(r.value)["input_ts_ms"])
+        cpu_end = {s.name: s.ps.cpu_times() for s in services}
+    finally:
+        gen.join(timeout=30)
+        if gen.is_alive():
+            gen.kill()
+        await consumer.stop()
+    span = measure_to - measure_from
+    cpu = {}
+    for name, end in cpu_end.items():
+        begin = cpu_mark.get(name, cpu0[name])
+        cpu[name] = 100.0 * ((end.user - begin.user) + (end.system - begin.system)) / span
+    lat = np.asarray(latencies) if latencies else np.asarray([np.nan])
+    flat = np.asarray(feature_latencies) if feature_latencies else np.asarray([np.nan])
+    throughput = samples / span
+    return {
+        "nodes": nodes,
+        "throughput": throughput,
+        "regimes_per_s": windows / span,
+        "p50": float(np.nanpercentile(lat, 50)),
+        "p99": float(np.nanpercentile(lat, 99)),
+        "features_p50": float(np.nanpercentile(flat, 50)),
+        "features_p99": float(np.nanpercentile(flat, 99)),
+        "sent": int(done.value),
+        "cpu": cpu,
+        "sustained": throughput >= 0.95 * nodes and bool(np.nanpercentile(lat, 99) < 5000),
+    }
+
+
+def _models(work: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    failure = ROOT / "models" / "failure"
+    if (failure / "CURRENT").exists():
+        env["RISK_MODEL_DIR"] = str(failure)
+    return env
+
+
+async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
+    from services.runtime.admin import create_topics
+
+    steps = [300, 1000] if quick else [500, 1000, 2000, 3000, TARGET_NODES]
+    if os.environ.get("BENCH_PIPELINE_STEPS"):
+        steps = [int(x) for x in os.environ["BENCH_PIPELINE_STEPS"].split(",")]
+    seconds = float(os.environ.get("BENCH_PIPELINE_STEP_S", "30" if quick else "45"))
+    prefix = f"bench{uuid.uuid4().hex[:8]}-"
+    await create_topics(bootstrap, prefix=prefix)
+    work = Path(tempfile.mkdtemp(prefix="borg-bench-pipeline-"))
+    env = _models(work)
+    workers = int(os.environ.get("BENCH_FEATURES_WORKERS", "1"))
+    features = ["features"] if workers <= 1 else [f"features#{i}" for i in range(workers)]
+    names = [*features, "regime", "anomaly"] + (["risk"] if "RISK_MODEL_DIR" in env else [])
+    services = [_spawn(n, bootstrap, prefix, work, env) for n in names]
+    rows: list[dict[str, Any]] = []
+    try:
+        await _wait_ready(services)
+        ceiling = 0
+        results = []
+        for i, nodes in enumerate(steps):
+            print(f"bench pipeline: {nodes} nodes at 1 Hz for {seconds:.0f}s", file=sys.stderr, flush=True)
+            r = await _measure(bootstrap, prefix, nodes, seconds, services, seed=100 + i)
+            results.append(r)
+            print(f"bench pipeline: {nodes} offered → {r['throughput']:.0f} NodeState/s, regime latency "
+                  f"p50 {r['p50']:.0f} ms, p99 {r['p99']:.0f} ms (features hop p50 {r['features_p50']:.0f}, "
+                  f"p99 {r['features_p99']:.0f}), cpu {r['cpu']}", file=sys.stderr, flush=True)
+            case = f"{nodes} nodes @1Hz"
+            rows += [
+                {"bench": "pipeline", "case": case, "offered": nodes, "metric": "throughput",
+                 "value": round(r["throughput"], 1), "unit": "NodeState/s"},
+                {"bench": "pipeline", "case": case, "offered": nodes, "metric": "latency_p50",
+                 "value": round(r["p50"], 1), "unit": "ms"},
+                {"bench": "pipeline", "case": case, "offered": nodes, "metric": "latency_p99",
+                 "value": round(r["p99"], 1), "unit": "ms"},
+                {"bench": "pipeline", "case": case, "offered": nodes, "metric": "features_latency_p50",
+                 "value": round(r["features_p50"], 1), "unit": "ms"},
+                {"bench": "pipeline", "case": case, "offered": nodes, "metric": "features_latency_p99",
+                 "value": round(r["features_p99"], 1), "unit": "ms"},
+                {"bench": "pipeline", "case": case, "offered": nodes, "metric": "regimes_per_s",
+                 "value": round(r["regimes_per_s"], 1), "unit": "RegimeLabel/s"},
+                {"bench": "pipeline", "case": case, "offered": nodes, "metric": "sustained",
+                 "value": 1.0 if r["sustained"] else 0.0, "unit": "bool"},
+            ]
+            rows += [{"bench": "pipeline", "case": f"{case} {svc}", "offered": nodes, "metric": "cpu_percent",
+                      "value": round(pct, 1), "unit": "% of one core"} for svc, pct in r["cpu"].items()]
+            if r["sustained"]:
+                ceiling = nodes
+            else:
+                break
+            await _drain(bootstrap, prefix)
+        rows.append({"bench": "pipeline", "case": "ceiling (highest sustained step)", "metric": "throughput",
+                     "value": float(ceiling), "unit": "NodeState/s"})
+        at_target = next((r for r in results if r["nodes"] == TARGET_NODES), None)
+        met = at_target is not None and at_target["sustained"] and at_target["p99"] <= TARGET_P99_MS
+        rows.append({"bench": "pipeline", "case": f"target {TARGET_NODES} nodes @1Hz p99<={TARGET_P99_MS:.0f}ms",
+                     "offered": TARGET_NODES, "metric": "met", "value": 1.0 if met else 0.0, "unit": "bool"})
+    finally:
+        for s in services:
+            _stop(s)
+        await _delete_topics(bootstrap, prefix)
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+async def _drain(bootstrap: str, prefix: str, limit_s: float = 60.0) -> None:
+    """Wait (bounded) until the features consumer group has no lag left from the previous step."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    group = f"{prefix}borg-features"
+    topic = prefix + "nodestate.v1"
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(6)]
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            ends = await consumer.end_offsets(tps)
+            committed = [await consumer.committed(tp) or 0 for tp in tps]
+            if sum(ends[tp] - c for tp, c in zip(tps, committed, strict=True)) <= 50:
+                return
+            await asyncio.sleep(1.0)
+    finally:
+        await consumer.stop()
+
+
+async def _delete_topics(bootstrap: str, prefix: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if names:
+            await admin.delete_topics(names)
+    finally:
+        await admin.close()
+
+
+def run_pipeline_bench(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
+    """Entry point used by ``borgctl bench pipeline`` (see loadtests/bench.py)."""
+    return asyncio.run(_run(quick, bootstrap))
+
+
+if __name__ == "__main__":
+    quick = "--quick" in sys.argv
+    for row in run_pipeline_bench(quick, os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")):
+        print(orjson.dumps(row).decode())

@@ -1,0 +1,1 @@
+"""regime: features.v1 → contention regime, confidence and interference on regimes.v1 (faust, ONNX)."""

@@ -1,0 +1,50 @@
+"""``borgctl serve regime``: run the regime faust app until SIGTERM.
+
+The model comes from ``REGIME_MODEL_DIR`` (default ``models/regime``; its ``CURRENT`` names
+the version). A model trained on another feature schema is refused at start-up (exit 2);
+repointing ``CURRENT`` swaps the model within ``MODEL_POLL_S`` seconds without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from services.regime.model import RegimeModel, load_regime_model
+from services.regime.processor import SERVICE, RegimeProcessor
+from services.regime.settings import RegimeSettings
+from services.runtime.faust_app import run_app
+from services.runtime.faust_io import Sink
+from services.runtime.faust_models import ModelRefusedError, ModelWatcher
+from services.runtime.health import HealthServer
+from services.runtime.service import run_service
+
+log = logging.getLogger(__name__)
+
+
+async def body(settings: RegimeSettings, stop: asyncio.Event, health: HealthServer) -> None:
+    models: ModelWatcher[RegimeModel] = ModelWatcher("regime", settings.model_dir, load_regime_model,
+                                                     poll_s=settings.model_poll_s)
+    sink = Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix)
+    await sink.start()
+    try:
+        processor = RegimeProcessor(settings, sink, models)
+        await run_app(processor.app, stop, health, tasks=(models.run,))
+    finally:
+        await sink.stop()
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    try:
+        return run_service(SERVICE, RegimeSettings, body)
+    except ModelRefusedError as exc:
+        print(f"regime: model refused: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

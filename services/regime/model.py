@@ -1,0 +1,72 @@
+"""The regime model: classifier + one interference regressor per workload class (ONNX, batched)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from contracts.models import REGIMES, WORKLOAD_CLASSES
+from featurelib.node_features import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
+from services.runtime.faust_models import ModelRefusedError, onnx_session, read_card, verify_sha256
+
+MAX_SLOWDOWN = 100.0
+
+
+@dataclass(frozen=True)
+class RegimeModel:
+    version: str
+    card: dict[str, Any]
+    columns: np.ndarray
+    classifier: ort.InferenceSession
+    interference: tuple[ort.InferenceSession, ...]
+    regimes: tuple[str, ...]
+    input_name: str
+
+    def __call__(self, x_full: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(probabilities (n, regimes), slowdown (n, classes)) for float32 rows of N_FEATURES (NaN = invalid)."""
+        if x_full.ndim != 2 or x_full.shape[1] != N_FEATURES:
+            raise ValueError(f"expected rows of {N_FEATURES} features, got shape {x_full.shape}")
+        x = np.ascontiguousarray(x_full[:, self.columns], dtype=np.float32)
+        probs = np.asarray(self.classifier.run(None, {self.input_name: x})[1], dtype=np.float64)
+        logs = np.concatenate(
+            [np.asarray(s.run(None, {self.input_name: x})[0], dtype=np.float64).reshape(-1, 1)
+             for s in self.interference], axis=1)
+        # the regressors were trained on the worst co-runner's slowdown (max, never a sum)
+        slowdown = np.clip(np.exp(logs), 1.0, MAX_SLOWDOWN)
+        return probs, slowdown
+
+
+def load_regime_model(version_dir: Path) -> RegimeModel:
+    card = read_card(version_dir, kind="regime", schema_hash=node_feature_schema_hash())
+    verify_sha256(version_dir, card)
+    features = card["features"]
+    unknown = [n for n in features.get("used", []) if n not in FEATURE_INDEX]
+    if unknown or not features.get("used"):
+        raise ModelRefusedError(f"{version_dir}: model card lists unknown input features {unknown[:5]}")
+    regimes = tuple(card["outputs"]["regimes"])
+    if not set(regimes) <= set(REGIMES):
+        raise ModelRefusedError(f"{version_dir}: unknown regimes {regimes}")
+    files = card["onnx"]["files"]
+    inter = files["interference"]
+    missing = [c for c in WORKLOAD_CLASSES if c not in inter]
+    if missing:
+        raise ModelRefusedError(f"{version_dir}: no interference model for {missing}")
+    model = RegimeModel(
+        version=str(card["version"]),
+        card=card,
+        columns=np.array([FEATURE_INDEX[n] for n in features["used"]], dtype=np.int64),
+        classifier=onnx_session(version_dir / files["classifier"]),
+        interference=tuple(onnx_session(version_dir / inter[c]) for c in WORKLOAD_CLASSES),
+        regimes=regimes,
+        input_name=card["onnx"].get("input_name", "input"),
+    )
+    # smoke inference: a model that cannot score an all-missing row is refused now, not mid-stream
+    try:
+        model(np.full((1, N_FEATURES), np.nan, dtype=np.float32))
+    except Exception as exc:
+        raise ModelRefusedError(f"{version_dir}: test inference failed ({exc})") from None
+    return model

@@ -1,0 +1,144 @@
+"""The regime faust app: FeatureVector batches → ONNX → hysteresis → RegimeLabel on compacted regimes.v1.
+
+Per batch of events (``STREAM_BATCH_MAX`` / ``STREAM_BATCH_WITHIN_S``): decode and check
+each vector (schema hash and length), run the model once on the batch (falling back to
+row-by-row to dead-letter only the rows that make it fail), then advance each node's
+hysteresis state (a changelog table) and publish. A window already handled (same node and
+``ts_ms``) is answered with the identical label, so replays after a crash are idempotent
+on the key (node, ts_ms) (the last ``REPLAY_HISTORY`` labels per node are kept for that).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import orjson
+from prometheus_client import Counter
+
+from contracts import ContractError, FeatureVector, RegimeLabel
+from contracts import telemetry as names
+from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash
+from services.regime import hysteresis
+from services.regime.model import RegimeModel
+from services.regime.settings import RegimeSettings
+from services.runtime.faust_app import PARTITIONS, app_id, make_app, raw_topic, table_extra_config
+from services.runtime.faust_io import ChangelogTable, Sink, decode_event, flush_before_commit, headers_of
+from services.runtime.faust_models import ModelWatcher, infer_rows
+from services.runtime.faust_trace import stage_span
+
+log = logging.getLogger(__name__)
+SERVICE = "regime"
+IN_TOPIC = "features.v1"
+OUT_TOPIC = "regimes.v1"
+REPLAY_HISTORY = 6
+"""Labels kept per node so that re-delivered windows are answered identically."""
+WINDOWS = Counter("borg_regime_windows_total", "Feature windows by outcome", ["outcome"])
+
+
+def check_vector(vector: FeatureVector, schema_hash: str) -> str | None:
+    """Why a decoded vector cannot be scored (None when it can)."""
+    if vector.schema_hash != schema_hash:
+        return (f"feature schema {vector.schema_hash[:12]}… differs from the model's {schema_hash[:12]}… "
+                "(features and regime run different feature definitions)")
+    if len(vector.values) != N_FEATURES:
+        return f"model input needs {N_FEATURES} features, the vector has {len(vector.values)}"
+    return None
+
+
+class RegimeProcessor:
+    def __init__(self, settings: RegimeSettings, sink: Sink, models: ModelWatcher[RegimeModel]) -> None:
+        self.settings = settings
+        self.sink = sink
+        self.models = models
+        self.schema_hash = node_feature_schema_hash()
+        self.app = make_app(SERVICE, settings)
+        flush_before_commit(self.app, sink)
+        self.group = app_id(SERVICE, settings.topic_prefix)
+        self.source = raw_topic(self.app, settings.topic(IN_TOPIC))
+        self.table = self.app.Table("hysteresis", partitions=PARTITIONS, key_type=bytes, value_type=bytes,
+                                    extra_topic_configs=table_extra_config())
+        self.state: ChangelogTable | None = None
+        self.events = 0
+        self.emitted = 0
+        self.app.agent(self.source, name=f"{self.group}.features")(self._agent)
+
+    async def _agent(self, stream: Any) -> None:
+        async for events in stream.take_events(self.settings.batch_max, self.settings.batch_within_s):
+            await self.handle_batch(events)
+            if self.settings.flush_each_batch:
+                await self.sink.flush()
+            self.events += len(events)
+
+    async def handle_batch(self, events: list[Any]) -> None:
+        if self.state is None:
+            self.state = ChangelogTable(self.table, self.sink)
+        accepted: list[tuple[Any, FeatureVector]] = []
+        for event in events:
+            try:
+                vector = decode_event(FeatureVector, event)
+            except ContractError as exc:
+                await self.sink.dead_letter(event, exc.message, exc.kind)
+                continue
+            assert isinstance(vector, FeatureVector)
+            problem = check_vector(vector, self.schema_hash)
+            if problem is not None:
+                await self.sink.dead_letter(event, problem, "schema")
+                continue
+            accepted.append((event, vector))
+        if not accepted:
+            return
+        model = self.models.current
+        x = np.stack([as_model_input(v.values, v.valid) for _, v in accepted])
+        results, errors = infer_rows(model, x)
+        for i, (event, vector) in enumerate(accepted):
+            result = results[i]
+            if result is None:
+                WINDOWS.labels("model_failed").inc()
+                await self.sink.dead_letter(event, errors.get(i, "model failed"), "processing")
+                continue
+            await self._publish(event, vector, model, result[0], result[1])
+        await self.state.drain()
+
+    async def _publish(self, event: Any, vector: FeatureVector, model: RegimeModel, probs: np.ndarray,
+                       slowdown: np.ndarray) -> None:
+        assert self.state is not None
+        self.state.partition = event.message.partition
+        state = hysteresis.load(self.state.get(vector.node))
+        if state is not None and vector.ts_ms <= state["ts"]:
+            earlier = next((h for h in state.get("history", []) if h["ts_ms"] == vector.ts_ms), None)
+            if earlier is not None:
+                # handled before (a replay after a crash): the identical label again
+                WINDOWS.labels("replayed").inc()
+                await self._send(event, RegimeLabel.model_validate(earlier), earlier["model_version"])
+            else:
+                WINDOWS.labels("stale").inc()
+            return
+        raw_idx = int(np.argmax(probs))
+        raw = model.regimes[raw_idx]
+        step = hysteresis.advance(state, raw, vector.ts_ms, windows=self.settings.hysteresis_windows)
+        label = RegimeLabel(
+            node=vector.node,
+            ts_ms=vector.ts_ms,
+            regime=step.regime,  # type: ignore[arg-type]
+            confidence=float(np.clip(probs[model.regimes.index(step.regime)], 0.0, 1.0)),
+            raw_regime=raw,  # type: ignore[arg-type]
+            changed=step.changed,
+            interference={c: float(s) for c, s in zip(model.card["outputs"]["workload_classes"], slowdown,
+                                                       strict=True)},
+            model_version=model.version,
+            input_ts_ms=vector.input_ts_ms,
+        )
+        history = [*(state or {}).get("history", []), label.model_dump(mode="json")][-REPLAY_HISTORY:]
+        self.state.put(vector.node, orjson.dumps({**step.state, "history": history}))
+        WINDOWS.labels("changed" if step.changed else "labelled").inc()
+        await self._send(event, label, model.version)
+
+    async def _send(self, event: Any, label: RegimeLabel, version: str) -> None:
+        attrs: dict[str, Any] = {names.NODE_NAME: label.node, names.REGIME_LABEL: label.regime,
+                                 names.REGIME_CONFIDENCE: label.confidence, names.MODEL_VERSION: version}
+        with stage_span(names.SPAN_REGIME_INFER, headers_of(event), topic=event.message.topic, group=self.group,
+                        attributes=attrs) as (_, ctx):
+            await self.sink.send(OUT_TOPIC, label.node, label, ctx)
+        self.emitted += 1

@@ -1,0 +1,21 @@
+"""Settings of the regime service (env prefix ``REGIME_`` plus the shared stream settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.runtime.faust_app import StreamSettings
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class RegimeSettings(StreamSettings):
+    model_config = SettingsConfigDict(env_prefix="REGIME_", frozen=True, extra="ignore")
+
+    model_dir: Path = Field(default=PROJECT_ROOT / "models" / "regime",
+                            description="model root (with CURRENT) or one version directory")
+    hysteresis_windows: int = Field(default=2, ge=1, le=60,
+                                    description="consecutive windows a new regime needs before it is reported")

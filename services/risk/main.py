@@ -1,0 +1,56 @@
+"""``borgctl serve risk``: run the risk faust app until SIGTERM (one replica).
+
+Model from ``RISK_MODEL_DIR`` (default ``models/failure``, written by ``borgctl train
+failure``); refused at start-up (exit 2) when its task (or node) feature schema differs;
+a repointed ``CURRENT`` is picked up within ``MODEL_POLL_S`` seconds. Before consuming,
+the task history is rebuilt from taskevents.v1 up to the committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+
+from services.risk.model import FailureModel, load_failure_model
+from services.risk.processor import SERVICE, TASK_TOPIC, RiskProcessor
+from services.risk.replay import rebuild_history
+from services.risk.settings import RiskSettings
+from services.risk.state import RiskState
+from services.runtime.faust_app import app_id, run_app
+from services.runtime.faust_io import Sink
+from services.runtime.faust_models import ModelRefusedError, ModelWatcher
+from services.runtime.health import HealthServer
+from services.runtime.service import run_service
+
+
+async def body(settings: RiskSettings, stop: asyncio.Event, health: HealthServer) -> None:
+    loader = functools.partial(load_failure_model, xgb_min_batch=settings.xgb_min_batch)
+    models: ModelWatcher[FailureModel] = ModelWatcher("failure", settings.model_dir, loader,
+                                                      poll_s=settings.model_poll_s)
+    state = RiskState()
+    if settings.rebuild_history:
+        await rebuild_history(settings.kafka_bootstrap, app_id(SERVICE, settings.topic_prefix),
+                              settings.topic(TASK_TOPIC), state)
+    sink = Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix)
+    await sink.start()
+    try:
+        processor = RiskProcessor(settings, sink, models, state)
+        await run_app(processor.app, stop, health, tasks=(models.run, processor.rescore_loop))
+    finally:
+        await sink.stop()
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    try:
+        return run_service(SERVICE, RiskSettings, body)
+    except ModelRefusedError as exc:
+        print(f"risk: model refused: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,260 @@
+"""The risk faust app: task events joined with the node's latest features → FailureRisk on risk.v1.
+
+Two agents in one app (one replica; see ``state.py``):
+
+* ``features.v1`` → the ``node_features`` table (changelog): each node's newest vector and
+  the trace context it arrived with;
+* ``taskevents.v1`` → task history → the running task's probabilities per horizon (ONNX,
+  one row each) → a ``task`` FailureRisk, and a ``node`` FailureRisk aggregating the
+  node's running tasks (``aggregate.py``). A task that stops gets a final record with
+  probability 0 (its run can no longer fail) and leaves its node's aggregate.
+
+A periodic re-score (``RISK_RESCORE_S``) scores every running task in one batch (native
+XGBoost when the batch is large and boosters ship with the model), so risk follows node
+features and elapsed time between events. Keys on risk.v1 are ``task:<id>`` and
+``node:<name>`` (one compacted topic, no collisions). Outputs continue the task event's
+trace and link to the trace of the node features joined (a fan-in).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+from opentelemetry.trace import Link
+from prometheus_client import Counter
+
+from contracts import ContractError, FailureRisk, FeatureVector, TaskEvent
+from contracts import telemetry as names
+from contracts.models import HorizonRisk
+from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash
+from services.risk.aggregate import node_probability
+from services.risk.model import FailureModel
+from services.risk.settings import RiskSettings
+from services.risk.state import RiskState
+from services.runtime.faust_app import PARTITIONS, app_id, make_app, raw_topic, table_extra_config
+from services.runtime.faust_io import ChangelogTable, Sink, decode_event, flush_before_commit, headers_of, timestamp_ms
+from services.runtime.faust_models import ModelWatcher, infer_rows
+from services.runtime.faust_trace import link_to, stage_span
+
+log = logging.getLogger(__name__)
+SERVICE = "risk"
+TASK_TOPIC = "taskevents.v1"
+FEATURE_TOPIC = "features.v1"
+OUT_TOPIC = "risk.v1"
+SCORED = Counter("borg_risk_scored_total", "Task scorings by trigger and backend", ["trigger", "backend"])
+
+
+def task_key(task_id: str) -> str:
+    return f"task:{task_id}"
+
+
+def node_key(node: str) -> str:
+    return f"node:{node}"
+
+
+class RiskProcessor:
+    def __init__(self, settings: RiskSettings, sink: Sink, models: ModelWatcher[FailureModel],
+                 state: RiskState | None = None) -> None:
+        self.settings = settings
+        self.sink = sink
+        self.models = models
+        self.state = state or RiskState()
+        self.node_schema = node_feature_schema_hash()
+        self.app = make_app(SERVICE, settings)
+        flush_before_commit(self.app, sink)
+        self.group = app_id(SERVICE, settings.topic_prefix)
+        self.tasks_in = raw_topic(self.app, settings.topic(TASK_TOPIC))
+        self.features_in = raw_topic(self.app, settings.topic(FEATURE_TOPIC))
+        self.table = self.app.Table("node_features", partitions=PARTITIONS, key_type=bytes, value_type=bytes,
+                                    extra_topic_configs=table_extra_config())
+        self.nodes: ChangelogTable | None = None
+        self.task_events = 0
+        self.feature_events = 0
+        self.emitted = 0
+        self.app.agent(self.tasks_in, name=f"{self.group}.tasks")(self._task_agent)
+        self.app.agent(self.features_in, name=f"{self.group}.features")(self._feature_agent)
+
+    def _nodes(self) -> ChangelogTable:
+        if self.nodes is None:
+            self.nodes = ChangelogTable(self.table, self.sink)
+        return self.nodes
+
+    # -- node features ------------------------------------------------------------------------
+    async def _feature_agent(self, stream: Any) -> None:
+        async for events in stream.take_events(self.settings.batch_max, self.settings.batch_within_s):
+            for event in events:
+                await self.handle_features(event)
+            await self._nodes().drain()
+            if self.settings.flush_each_batch:
+                await self.sink.flush()
+            self.feature_events += len(events)
+
+    async def handle_features(self, event: Any) -> None:
+        try:
+            vector = decode_event(FeatureVector, event)
+        except ContractError as exc:
+            await self.sink.dead_letter(event, exc.message, exc.kind)
+            return
+        assert isinstance(vector, FeatureVector)
+        if vector.schema_hash != self.node_schema or len(vector.values) != N_FEATURES:
+            await self.sink.dead_letter(event, f"feature schema {vector.schema_hash[:12]}… / {len(vector.values)} "
+                                               f"values do not match {self.node_schema[:12]}… / {N_FEATURES}", "schema")
+            return
+        table = self._nodes()
+        current = table.get(vector.node)
+        if current is not None and orjson.loads(current)["ts"] > vector.ts_ms:
+            return  # an older window delivered late: keep the newest
+        tp = dict(headers_of(event)).get("traceparent", b"").decode("ascii", "replace")
+        table.partition = event.message.partition
+        table.put(vector.node, orjson.dumps({"ts": vector.ts_ms, "in": vector.input_ts_ms, "v": vector.values,
+                                             "m": vector.valid, "tp": tp}))
+
+
+    def node_features(self, node: str) -> tuple[np.ndarray | None, Link | None]:
+        """The node's newest feature row (NaN = invalid) if fresh enough, and a link to its trace."""
+        raw = self._nodes().get(node)
+        if raw is None:
+            return None, None
+        doc = orjson.loads(raw)
+        link = link_to([("traceparent", doc["tp"].encode())]) if doc.get("tp") else None
+        age_s = (self.state.last_ts_ms - doc["ts"]) / 1000
+        if age_s > self.settings.node_features_max_age_s and self.state.last_ts_ms > 0:
+            return None, link
+        return as_model_input(doc["v"], doc["m"]), link
+
+    # -- task events ----------------------------------------------------------------------------
+    async def _task_agent(self, stream: Any) -> None:
+        async for events in stream.take_events(self.settings.batch_max, self.settings.batch_within_s):
+            await self.handle_tasks(events)
+            if self.settings.flush_each_batch:
+                await self.sink.flush()
+            self.task_events += len(events)
+
+    async def handle_tasks(self, events: Sequence[Any]) -> None:
+        for event in events:
+            try:
+                task = decode_event(TaskEvent, event)
+            except ContractError as exc:
+                await self.sink.dead_letter(event, exc.message, exc.kind)
+                continue
+            assert isinstance(task, TaskEvent)
+            try:
+                change = self.state.observe(task)
+            except Exception as exc:
+                await self.sink.dead_letter(event, f"{type(exc).__name__}: {exc}", "processing")
+                continue
+            headers = headers_of(event)
+            input_ts = timestamp_ms(event)
+            if change.running:
+                await self._score_and_publish([task.task_id], "event", headers, input_ts, task.ts_ms, event)
+            elif change.node_before is not None:
+                await self._publish_final(task, change.node_before, headers, input_ts)
+
+    def _rows(self, model: FailureModel, task_ids: Sequence[str]) -> tuple[np.ndarray, list[Link]]:
+        x = self.state.task_rows(task_ids)
+        links: list[Link] = []
+        node_part = np.full((len(task_ids), len(model.node_columns)), np.nan, dtype=np.float32)
+        for i, t in enumerate(task_ids):
+            row, link = self.node_features(self.state.running[t].node)
+            if link is not None:
+                links.append(link)
+            if row is not None and model.uses_node_features:
+                node_part[i] = row[model.node_columns]
+        return (np.concatenate([x, node_part], axis=1) if model.uses_node_features else x), links
+
+    async def _score_and_publish(self, task_ids: Sequence[str], trigger: str, headers: Sequence[tuple[str, bytes]],
+                                 input_ts: int, ts_ms: int, event: Any | None) -> None:
+        model = self.models.current
+        x, links = self._rows(model, task_ids)
+        results, errors = infer_rows(model, x)
+        SCORED.labels(trigger, model.backend_for(len(x))).inc(len(task_ids))
+        touched: set[str] = set()
+        for i, t in enumerate(task_ids):
+            result = results[i]
+            if result is None:
+                if event is not None:
+                    await self.sink.dead_letter(event, errors.get(i, "model failed"), "processing")
+                continue
+            probs = tuple(float(p) for p in result[0])
+            running = self.state.running[t]
+            if trigger == "rescore" and running.probabilities is not None and max(
+                    abs(a - b) for a, b in zip(probs, running.probabilities, strict=True)
+            ) < self.settings.rescore_min_change:
+                continue
+            running.probabilities = probs
+            risk = FailureRisk(target_kind="task", target=t, node=running.node, ts_ms=ts_ms,
+                               horizons=self._horizons(model, probs), tasks=1, model_version=model.version,
+                               input_ts_ms=input_ts)
+            task_links = [lk for lk in links if lk is not None][:8] if len(task_ids) == 1 else []
+            await self._send(task_key(t), risk, headers, task_links)
+            touched.add(running.node)
+        for node in sorted(touched):
+            await self._publish_node(node, headers, input_ts, ts_ms)
+
+    async def _publish_final(self, task: TaskEvent, node: str, headers: Sequence[tuple[str, bytes]],
+                             input_ts: int) -> None:
+        model = self.models.current
+        risk = FailureRisk(target_kind="task", target=task.task_id, node=node, ts_ms=task.ts_ms,
+                           horizons=self._horizons(model, [0.0] * len(model.horizons_s)), tasks=1,
+                           model_version=model.version, input_ts_ms=input_ts)
+        await self._send(task_key(task.task_id), risk, headers, [])
+        await self._publish_node(node, headers, input_ts, task.ts_ms)
+
+    async def _publish_node(self, node: str, headers: Sequence[tuple[str, bytes]], input_ts: int,
+                            ts_ms: int) -> None:
+        model = self.models.current
+        tasks = self.state.node_tasks(node)
+        scored = [t.probabilities for t in tasks if t.probabilities is not None]
+        probs = node_probability(scored, len(model.horizons_s))
+        _, link = self.node_features(node)
+        risk = FailureRisk(target_kind="node", target=node, node=node, ts_ms=ts_ms,
+                           horizons=self._horizons(model, probs), tasks=len(scored),
+                           model_version=model.version, input_ts_ms=input_ts)
+        await self._send(node_key(node), risk, headers, [link] if link is not None else [])
+
+    @staticmethod
+    def _horizons(model: FailureModel, probs: Iterable[float]) -> list[HorizonRisk]:
+        return [HorizonRisk(horizon_s=h, probability=min(max(float(p), 0.0), 1.0))
+                for h, p in zip(model.horizons_s, probs, strict=True)]
+
+    async def _send(self, key: str, risk: FailureRisk, headers: Sequence[tuple[str, bytes]],
+                    links: Sequence[Link]) -> None:
+        attrs: dict[str, Any] = {names.RISK_HORIZON_S: risk.horizons[0].horizon_s,
+                                 names.RISK_PROBABILITY: risk.horizons[0].probability,
+                                 names.MODEL_VERSION: risk.model_version}
+        if risk.target_kind == "task":
+            attrs[names.TASK_ID] = risk.target
+        if risk.node:
+            attrs[names.NODE_NAME] = risk.node
+        with stage_span(names.SPAN_RISK_INFER, headers, topic=self.settings.topic(TASK_TOPIC), group=self.group,
+                        attributes=attrs, links=links) as (_, ctx):
+            await self.sink.send(OUT_TOPIC, key, risk, ctx)
+        self.emitted += 1
+
+    # -- periodic re-scoring ----------------------------------------------------------------------
+    async def rescore_loop(self, stop: asyncio.Event) -> None:
+        if self.settings.rescore_s <= 0:
+            await stop.wait()
+            return
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.rescore_s)
+            except TimeoutError:
+                await self.rescore()
+
+    async def rescore(self) -> int:
+        """Score every running task in one batch; publish those that moved. Returns tasks scored."""
+        task_ids = sorted(self.state.running)
+        if not task_ids:
+            return 0
+        now_ms = self.state.last_ts_ms or int(time.time() * 1000)
+        await self._score_and_publish(task_ids, "rescore", [], int(time.time() * 1000), now_ms, None)
+        await self.sink.flush()
+        return len(task_ids)
+

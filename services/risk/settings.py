@@ -1,0 +1,31 @@
+"""Settings of the risk service (env prefix ``RISK_`` plus the shared stream settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.runtime.faust_app import StreamSettings
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class RiskSettings(StreamSettings):
+    model_config = SettingsConfigDict(env_prefix="RISK_", frozen=True, extra="ignore")
+
+    model_dir: Path = Field(default=PROJECT_ROOT / "models" / "failure",
+                            description="failure model root (with CURRENT) or one version directory")
+    rescore_s: float = Field(default=30.0, ge=0.0, le=3600.0,
+                             description="re-score every running task this often in one batch (0: only on events)")
+    rescore_min_change: float = Field(default=0.005, ge=0.0, le=1.0,
+                                      description="publish a re-scored task only when a probability moved this much")
+    xgb_min_batch: int = Field(default=256, ge=1,
+                               description="batches at least this large use native XGBoost when the model ships "
+                                           "boosters (measured faster from ~100 rows; onnxruntime below)")
+    node_features_max_age_s: float = Field(default=300.0, gt=0,
+                                           description="older node features are not joined (treated as missing)")
+    rebuild_history: bool = Field(default=True,
+                                  description="rebuild task history from taskevents.v1 up to the committed offsets "
+                                              "before consuming (the history is in memory, not in a changelog)")

@@ -1,0 +1,213 @@
+"""Follow a decision end to end in the real Jaeger: a data table of expected edges.
+
+Replays synthetic NodeState through the running pipeline (features → regime → admission
+agent → referee → Kubernetes), picks a decision, and polls Jaeger's API until every edge
+of the table is present in the decision's trace (bounded wait, no sleeps as assertions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts import Decision, decode
+from tests.conftest import ROOT, wait_until
+from tests.kafka_helpers import drain
+
+pytestmark = [pytest.mark.integration, pytest.mark.jaeger, pytest.mark.kube]
+
+JAEGER = "http://127.0.0.1:16686"
+OTLP = "http://127.0.0.1:4317"
+NODES = 8
+
+# (producing service, consuming service, topic): one row per hop a decision's trace must show.
+EXPECTED_EDGES: list[tuple[str, str, str]] = [
+    ("replay", "features", "nodestate.v1"),
+    ("features", "regime", "features.v1"),
+    ("regime", "agent-admission", "regimes.v1"),
+    ("agent-admission", "referee", "proposals.v1"),
+]
+# Spans the referee itself must record inside the decision's trace.
+EXPECTED_REFEREE_SPANS = ["referee decide", "k8s write"]
+SERVICES = ["features", "regime", "agent-admission", "referee"]
+
+
+def _kube(*args: str) -> str:
+    done = subprocess.run(["bash", str(ROOT / "infra" / "kube" / "kube.sh"), *args], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[str]:
+    for component in ("jaeger", "kube"):
+        done = subprocess.run(["bash", str(ROOT / "infra" / component / f"{component}.sh"), "start"],
+                              capture_output=True, text=True, check=False, timeout=3600)
+        assert done.returncode == 0, done.stderr
+    kubeconfig = _kube("kubeconfig")
+    done = subprocess.run([sys.executable, "-m", "loadtests.seed_cluster", "--nodes", str(NODES), "--namespace",
+                           "trace-test"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
+                          env={**os.environ, "KUBECONFIG": kubeconfig})
+    assert done.returncode == 0, done.stderr
+    yield kubeconfig
+
+
+def _jaeger(path: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{JAEGER}{path}", timeout=10) as response:
+        data: dict[str, Any] = json.load(response)
+        return data
+
+
+def edges_of(trace: dict[str, Any]) -> tuple[set[tuple[str, str, str]], list[tuple[str, str]]]:
+    services = {pid: p["serviceName"] for pid, p in trace["processes"].items()}
+    spans = {s["spanID"]: s for s in trace["spans"]}
+    found: set[tuple[str, str, str]] = set()
+    named = []
+    for span in trace["spans"]:
+        me = services[span["processID"]]
+        named.append((me, span["operationName"]))
+        tags = {t["key"]: t["value"] for t in span.get("tags", [])}
+        topic = str(tags.get("messaging.destination.name", ""))
+        parents = [r["spanID"] for r in span.get("references", []) if r["refType"] == "CHILD_OF"]
+        links = [r["spanID"] for r in span.get("references", []) if r["refType"] != "CHILD_OF"]
+        for parent_id in parents + links:
+            parent = spans.get(parent_id)
+            if parent is None:
+                continue
+            other = services[parent["processID"]]
+            for _, consumer, base in EXPECTED_EDGES:
+                if consumer == me and topic.endswith(base) and other != me:
+                    found.add((other, me, base))
+        # A service's consumer span may hang below its own processing span: walk up to the first other service.
+        if topic and parents:
+            cursor = spans.get(parents[0])
+            while cursor is not None and services[cursor["processID"]] == me:
+                refs = [r["spanID"] for r in cursor.get("references", []) if r["refType"] == "CHILD_OF"]
+                cursor = spans.get(refs[0]) if refs else None
+            if cursor is not None:
+                for _, consumer, base in EXPECTED_EDGES:
+                    if consumer == me and topic.endswith(base):
+                        found.add((services[cursor["processID"]], me, base))
+    return found, named
+
+
+async def test_decision_trace_has_every_edge(stack: str, kafka_bootstrap: str, topic_prefix: str,
+                                             tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "BORG_TOPIC_PREFIX": topic_prefix,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP,
+        "OTEL_SAMPLE_RATIO": "1.0",
+        "HEALTH_PORT": "0",
+        "LOG_LEVEL": "WARNING",
+        "REFEREE_MODE": "apply",
+        "REFEREE_KUBECONFIG": stack,
+        "AGENT_MAX_INPUT_AGE_S": "100000",
+        "FAUST_DATADIR": str(tmp_path / "faust"),
+    }
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "borgctl.main", "serve", name], cwd=ROOT, env=env,
+                         stdout=(tmp_path / f"{name}.log").open("wb"), stderr=subprocess.STDOUT)
+        for name in SERVICES
+    ]
+    try:
+        start_ms = int(time.time() * 1000) - 120_000
+        replay = subprocess.run(
+            [sys.executable, "-m", "borgctl.main", "replay", "--source", "synthetic", "--nodes", str(NODES),
+             "--rate", str(NODES * 5), "--duration", "30", "--start-ms", str(start_ms), "--seed", "3", "--quiet"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert replay.returncode == 0, replay.stderr
+        # A decision that chose an action (so the referee wrote to Kubernetes).
+        chosen: list[Decision] = []
+
+        async def acted() -> bool:
+            records = await drain(kafka_bootstrap, f"{topic_prefix}decisions.v1")
+            chosen[:] = [d for d in (decode(Decision, r.value) for r in records) if d.chosen_proposal_id and d.trace_id]
+            return bool(chosen)
+
+        await wait_until(acted, timeout=120, interval=2.0, what="a decision that chose an action")
+        decision = chosen[0]
+        assert decision.trace_id is not None
+
+        def complete() -> tuple[set[tuple[str, str, str]], list[tuple[str, str]]] | None:
+            try:
+                data = _jaeger(f"/api/traces/{decision.trace_id}").get("data") or []
+            except OSError:
+                return None
+            if not data:
+                return None
+            found, named = edges_of(data[0])
+            missing = set(EXPECTED_EDGES) - found
+            spans_missing = [s for s in EXPECTED_REFEREE_SPANS if ("referee", s) not in named]
+            return (found, named) if not missing and not spans_missing else None
+
+        try:
+            await wait_until(complete, timeout=60, interval=1.0, what="every expected edge in the decision's trace")
+        except AssertionError:
+            data = (_jaeger(f"/api/traces/{decision.trace_id}").get("data") or [{}])[0]
+            found, named = edges_of(data) if data else (set(), [])
+            raise AssertionError(f"missing edges {set(EXPECTED_EDGES) - found}; spans seen: {sorted(set(named))}") from None
+
+        # The terminal view tells the same story.
+        shown = subprocess.run([sys.executable, "-m", "borgctl.main", "trace", decision.decision_id], cwd=ROOT,
+                               capture_output=True, text=True, timeout=60, check=False)
+        assert shown.returncode == 0, shown.stderr
+        for service in ("replay", *SERVICES):
+            assert f"{service}: " in shown.stdout
+        assert f"decision.id={decision.decision_id}" in shown.stdout
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+async def test_message_without_traceparent_starts_a_new_trace(stack: str, kafka_bootstrap: str, topic_prefix: str,
+                                                              tmp_path: Path) -> None:
+    from contracts import NodeState, encode
+    from contracts.headers import trace_id_of
+    from tests.kafka_helpers import consume, produce_raw
+
+    states = [
+        NodeState(node=f"n{i}", ts_ms=1_764_000_000_000 + i, seq=i, interval_ms=1000, source="synthetic",
+                  pmu="recorded", supported_events=[], cpu_util=0.2, mem_util=0.2)
+        for i in range(3)
+    ]
+    await produce_raw(kafka_bootstrap, f"{topic_prefix}nodestate.v1", [(s.node.encode(), encode(s)) for s in states])
+    log = tmp_path / "handled.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.integration.worker_process", kafka_bootstrap, topic_prefix,
+                             f"g-{time.time_ns()}", str(log)], cwd=ROOT, env=env)
+    try:
+        outputs = await consume(kafka_bootstrap, f"{topic_prefix}anomalies.v1", 3, timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    trace_ids = {trace_id_of(r.headers) for r in outputs}
+    assert None not in trace_ids and len(trace_ids) == 3, "each input without a parent starts its own trace"
+
+    def exported() -> bool:
+        try:
+            return all(_jaeger(f"/api/traces/{t}").get("data") for t in trace_ids)
+        except OSError:
+            return False
+
+    await wait_until(exported, timeout=60, interval=1.0, what="the new traces in Jaeger")
+    root = _jaeger(f"/api/traces/{next(iter(trace_ids))}")["data"][0]["spans"]
+    process_spans = [s for s in root if s["operationName"] == "nodestate.v1 process"]
+    assert process_spans and not any(r["refType"] == "CHILD_OF" for r in process_spans[0].get("references", []))

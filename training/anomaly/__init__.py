@@ -1,0 +1,1 @@
+"""Isolation-forest node anomaly model trained and evaluated on the simulator."""

@@ -1,0 +1,1 @@
+"""Regime labelling, classifier and interference model trained on the simulator."""

@@ -1,0 +1,91 @@
+"""Versioned model directories (``<root>/<version>/`` + ``model_card.json`` + ``<root>/CURRENT``).
+
+The layout is what ``services/runtime/faust_models.py`` loads: the card names the files,
+their sha256 and the feature-schema hash; ``CURRENT`` names the version in use and is
+replaced atomically, which is how a running service picks up a new model.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import orjson
+
+CARD_FILE: Final = "model_card.json"
+CURRENT_FILE: Final = "CURRENT"
+INPUT_NAME: Final = "input"
+
+
+class ParityError(RuntimeError):
+    """The exported ONNX model does not reproduce the trained model."""
+
+
+def new_version(tag: str) -> str:
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    return f"{now:%Y%m%d-%H%M%S}-{tag}"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_json(path: Path, payload: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+                                 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    tmp.replace(path)
+
+
+def session(model: onnx.ModelProto | bytes) -> ort.InferenceSession:
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def save_onnx(model: onnx.ModelProto, path: Path, metadata: dict[str, str]) -> str:
+    onnx.helper.set_model_props(model, metadata)
+    path.write_bytes(model.SerializeToString())
+    return sha256_file(path)
+
+
+def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)))) if len(a) else 0.0
+
+
+class VersionDir:
+    """Build a version in ``<root>/.<version>.partial`` and publish it with one rename."""
+
+    def __init__(self, root: Path, version: str) -> None:
+        self.root = root
+        self.version = version
+        self.final = root / version
+        if self.final.exists():
+            raise FileExistsError(f"{self.final} already exists; choose another --version")
+        self.work = root / f".{version}.partial"
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
+
+    def publish(self, card: dict[str, Any], *, set_current: bool) -> Path:
+        write_json(self.work / CARD_FILE, card)
+        self.work.replace(self.final)
+        if set_current:
+            point_current(self.root, self.version)
+        return self.final
+
+
+def point_current(root: Path, version: str) -> None:
+    """Atomically point ``root/CURRENT`` at ``version`` (running services hot-reload on change)."""
+    tmp = root / f".{CURRENT_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(version + "\n")
+    tmp.replace(root / CURRENT_FILE)
