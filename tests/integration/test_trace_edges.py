@@ -42,8 +42,13 @@ SERVICES = ["features", "regime", "agent-admission", "referee"]
 
 
 def _kube(*args: str) -> str:
-    done = subprocess.run(["bash", str(ROOT / "infra" / "kube" / "kube.sh"), *args], capture_output=True, text=True,
-                          check=False, timeout=120)
+    done = subprocess.run(
+        ["bash", str(ROOT / "infra" / "kube" / "kube.sh"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -51,13 +56,24 @@ def _kube(*args: str) -> str:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[str]:
     for component in ("jaeger", "kube"):
-        done = subprocess.run(["bash", str(ROOT / "infra" / component / f"{component}.sh"), "start"],
-                              capture_output=True, text=True, check=False, timeout=3600)
+        done = subprocess.run(
+            ["bash", str(ROOT / "infra" / component / f"{component}.sh"), "start"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=3600,
+        )
         assert done.returncode == 0, done.stderr
     kubeconfig = _kube("kubeconfig")
-    done = subprocess.run([sys.executable, "-m", "loadtests.seed_cluster", "--nodes", str(NODES), "--namespace",
-                           "trace-test"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
-                          env={**os.environ, "KUBECONFIG": kubeconfig})
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtests.seed_cluster", "--nodes", str(NODES), "--namespace", "trace-test"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={**os.environ, "KUBECONFIG": kubeconfig},
+    )
     assert done.returncode == 0, done.stderr
     yield kubeconfig
 
@@ -101,8 +117,9 @@ def edges_of(trace: dict[str, Any]) -> tuple[set[tuple[str, str, str]], list[tup
     return found, named
 
 
-async def test_decision_trace_has_every_edge(stack: str, kafka_bootstrap: str, topic_prefix: str,
-                                             tmp_path: Path) -> None:
+async def test_decision_trace_has_every_edge(
+    stack: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -117,16 +134,43 @@ async def test_decision_trace_has_every_edge(stack: str, kafka_bootstrap: str, t
         "FAUST_DATADIR": str(tmp_path / "faust"),
     }
     procs = [
-        subprocess.Popen([sys.executable, "-m", "borgctl.main", "serve", name], cwd=ROOT, env=env,
-                         stdout=(tmp_path / f"{name}.log").open("wb"), stderr=subprocess.STDOUT)
+        subprocess.Popen(
+            [sys.executable, "-m", "borgctl.main", "serve", name],
+            cwd=ROOT,
+            env=env,
+            stdout=(tmp_path / f"{name}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
         for name in SERVICES
     ]
     try:
         start_ms = int(time.time() * 1000) - 120_000
         replay = subprocess.run(
-            [sys.executable, "-m", "borgctl.main", "replay", "--source", "synthetic", "--nodes", str(NODES),
-             "--rate", str(NODES * 5), "--duration", "30", "--start-ms", str(start_ms), "--seed", "3", "--quiet"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+            [
+                sys.executable,
+                "-m",
+                "borgctl.main",
+                "replay",
+                "--source",
+                "synthetic",
+                "--nodes",
+                str(NODES),
+                "--rate",
+                str(NODES * 5),
+                "--duration",
+                "30",
+                "--start-ms",
+                str(start_ms),
+                "--seed",
+                "3",
+                "--quiet",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert replay.returncode == 0, replay.stderr
         # A decision that chose an action (so the referee wrote to Kubernetes).
@@ -158,11 +202,19 @@ async def test_decision_trace_has_every_edge(stack: str, kafka_bootstrap: str, t
         except AssertionError:
             data = (_jaeger(f"/api/traces/{decision.trace_id}").get("data") or [{}])[0]
             found, named = edges_of(data) if data else (set(), [])
-            raise AssertionError(f"missing edges {set(EXPECTED_EDGES) - found}; spans seen: {sorted(set(named))}") from None
+            raise AssertionError(
+                f"missing edges {set(EXPECTED_EDGES) - found}; spans seen: {sorted(set(named))}"
+            ) from None
 
         # The terminal view tells the same story.
-        shown = subprocess.run([sys.executable, "-m", "borgctl.main", "trace", decision.decision_id], cwd=ROOT,
-                               capture_output=True, text=True, timeout=60, check=False)
+        shown = subprocess.run(
+            [sys.executable, "-m", "borgctl.main", "trace", decision.decision_id],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert shown.returncode == 0, shown.stderr
         for service in ("replay", *SERVICES):
             assert f"{service}: " in shown.stdout
@@ -177,22 +229,43 @@ async def test_decision_trace_has_every_edge(stack: str, kafka_bootstrap: str, t
                 proc.kill()
 
 
-async def test_message_without_traceparent_starts_a_new_trace(stack: str, kafka_bootstrap: str, topic_prefix: str,
-                                                              tmp_path: Path) -> None:
+async def test_message_without_traceparent_starts_a_new_trace(
+    stack: str, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
     from contracts import NodeState, encode
     from contracts.headers import trace_id_of
     from tests.kafka_helpers import consume, produce_raw
 
     states = [
-        NodeState(node=f"n{i}", ts_ms=1_764_000_000_000 + i, seq=i, interval_ms=1000, source="synthetic",
-                  pmu="recorded", supported_events=[], cpu_util=0.2, mem_util=0.2)
+        NodeState(
+            node=f"n{i}",
+            ts_ms=1_764_000_000_000 + i,
+            seq=i,
+            interval_ms=1000,
+            source="synthetic",
+            pmu="recorded",
+            supported_events=[],
+            cpu_util=0.2,
+            mem_util=0.2,
+        )
         for i in range(3)
     ]
     await produce_raw(kafka_bootstrap, f"{topic_prefix}nodestate.v1", [(s.node.encode(), encode(s)) for s in states])
     log = tmp_path / "handled.log"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.integration.worker_process", kafka_bootstrap, topic_prefix,
-                             f"g-{time.time_ns()}", str(log)], cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.worker_process",
+            kafka_bootstrap,
+            topic_prefix,
+            f"g-{time.time_ns()}",
+            str(log),
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     try:
         outputs = await consume(kafka_bootstrap, f"{topic_prefix}anomalies.v1", 3, timeout=60)
     finally:

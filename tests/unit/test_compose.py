@@ -11,7 +11,6 @@ the services' settings objects actually read.
 from __future__ import annotations
 
 import importlib.util
-
 import re
 import typing
 from collections.abc import Mapping
