@@ -34,7 +34,7 @@ from training.dataset import (
 from training.errors import DataError
 from training.export_onnx import TARGET_OPSET, export_with_parity, onnx_probability, save_booster, session
 from training.failure_model import DEFAULT_PARAMS, FitConfig, fit_failure_model
-from training.labels import PointConfig
+from training.labels import PointConfig, data_bounds
 from training.model_card import (
     BASELINES_FILE,
     CARD_FILE,
@@ -131,6 +131,7 @@ def train_failure_models(cfg: TrainConfig, progress: Progress) -> Path:
     views, cuts = cold_start_views(events, split.train_end_us, cfg.horizons_us, cfg.failure_types, cfg.points,
                                    cfg.cold_start, progress)
     extra = _Extra(views, len(TASK_FEATURE_NAMES))
+    cold = _cold_test_view(events, split, cfg, progress)
     created = dt.datetime.now(dt.UTC).replace(microsecond=0)
     version = cfg.version or f"{created:%Y%m%d-%H%M%S}-{data_info['fingerprint'][:8]}"
     final_dir = cfg.out / version
@@ -144,6 +145,7 @@ def train_failure_models(cfg: TrainConfig, progress: Progress) -> Path:
              f"gap {gap / 1e6:.0f}s")
     x = ds.features()
     metrics: dict[str, Any] = {}
+    cold_metrics: dict[str, Any] = {}
     curves = {}
     baselines: dict[str, Any] = {}
     rounds: dict[str, Any] = {}
@@ -184,10 +186,17 @@ def train_failure_models(cfg: TrainConfig, progress: Progress) -> Path:
         metrics[key], curves[key] = evaluate_horizon(y[m["test"]], prob, x[m["test"]], baselines[key],
                                                      cfg.failure_types)
         _log_metrics(progress, key, metrics[key])
+        if cold is not None:
+            yc = cold.labels(h)
+            kc = ~np.isnan(yc)
+            xc = cold.features(kc)
+            cold_metrics[key], _ = evaluate_horizon(yc[kc], onnx_probability(session(work / name), xc), xc,
+                                                    baselines[key], cfg.failure_types)
+            _log_metrics(progress, key, cold_metrics[key], "cold-start test")
     write_json(work / BASELINES_FILE, {"horizons": baselines, "failure_types": list(cfg.failure_types),
                                        "feature_schema_hash": task_feature_schema_hash()})
     report = {"kind": "validation", "model_version": version, "window": "heldout",
-              "window_start_us": split.test_start_us, "horizons": metrics}
+              "window_start_us": split.test_start_us, "horizons": metrics, "cold_start_horizons": cold_metrics}
     write_json(work / "validation_report.json", report)
     plot_pr_curves(curves, metrics, work / "validation_pr_curves.png", f"{MODEL_KIND} {version}: validation window")
     card = _card(cfg, version, created, data_info, ds, split, masks, tail.test_start_us, rounds, parity, files,
@@ -195,6 +204,9 @@ def train_failure_models(cfg: TrainConfig, progress: Progress) -> Path:
     card["split"]["cold_start_views"] = {"cuts_us": cuts, "span_us": cfg.cold_start.span_us,
                                          "points": 0 if views is None else views.frame.height,
                                          "use": "extra training rows with history starting at each cut"}
+    card["metrics"]["cold_start"] = {
+        "window": "the same test window, with history starting one warm-up before it (as for later parts)",
+        "horizons": cold_metrics}
     write_json(work / CARD_FILE, card)
     work.replace(final_dir)
     if cfg.set_current:
@@ -203,12 +215,25 @@ def train_failure_models(cfg: TrainConfig, progress: Progress) -> Path:
     return final_dir
 
 
-def _log_metrics(progress: Progress, key: str, m: dict[str, Any]) -> None:
+def _cold_test_view(events: pl.DataFrame, split: TimeSplit, cfg: TrainConfig,
+                    progress: Progress) -> FailureDataset | None:
+    """The test window scored as a later directory of parts would be: no history before its warm-up."""
+    cut = split.test_start_us - cfg.points.warmup_us
+    view = events.filter(pl.col("time_us") >= cut)
+    if view.filter(pl.col("time_us") >= split.test_start_us).height == 0:
+        return None
+    progress(f"cold-start test view: history from {cut / 1e6:,.0f}s only")
+    end = data_bounds(events)[1]
+    return build_dataset(view, cfg.horizons_us, cfg.failure_types, cfg.points, progress,
+                         point_range=(split.test_start_us, end + 1), data_end_us=end)
+
+
+def _log_metrics(progress: Progress, key: str, m: dict[str, Any], what: str = "test") -> None:
     def f(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.4f}"
 
     parts = [f"model {f(m['model']['aucpr'])}"] + [f"{n} {f(b['aucpr'])}" for n, b in m["baselines"].items()]
-    progress(f"horizon {key}: test AUCPR " + ", ".join(parts) + f" (positive rate {f(m['positive_rate'])})")
+    progress(f"horizon {key}: {what} AUCPR " + ", ".join(parts) + f" (positive rate {f(m['positive_rate'])})")
 
 
 def _card(cfg: TrainConfig, version: str, created: dt.datetime, data_info: dict[str, Any], ds: FailureDataset,

@@ -44,6 +44,8 @@ def test_training_writes_a_versioned_model_and_points_current_at_it(trained: tup
     for name, digest in card["onnx"]["sha256"].items():
         assert sha256_file(version_dir / name) == digest
     assert all(diff <= 1e-5 for diff in card["onnx"]["parity_max_abs_diff"].values())
+    assert card["split"]["cold_start_views"]["points"] > 0  # extra rows with late-starting history
+    assert set(card["metrics"]["cold_start"]["horizons"]) == {"300s", "900s", "3600s"}
     for horizon in ("300s", "900s", "3600s"):
         m = card["metrics"]["horizons"][horizon]
         assert {"aucpr", "roc_auc", "precision_at_k", "recall_at_fpr_0.05"} <= set(m["model"])
