@@ -23,6 +23,7 @@ BENCHES: dict[str, tuple[str, str, bool]] = {
     "agent": ("services.node_agent.bench", "run_agent_bench", False),
     "referee": ("services.referee.bench", "run_referee_bench", True),
     "extender": ("services.scheduler_extender.bench", "run_extender_bench", False),
+    "tracing": ("loadtests.bench_tracing", "run_tracing_bench", True),
 }
 
 
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
 
     bootstrap = args.bootstrap or default_bootstrap()
     rows: list[dict[str, Any]] = []
-    needs_broker = args.which in ("pipeline", "referee", "reference", "all")
+    needs_broker = args.which in ("pipeline", "referee", "tracing", "reference", "all")
     if needs_broker and not args.no_reference:
         from loadtests.bench_reference import kafka_native, passthrough
 
