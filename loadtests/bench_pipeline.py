@@ -14,16 +14,17 @@ Per step (offered load = N NodeState/s) the bench consumes ``features.v1`` and
   time of the NodeState that closed the window (``RegimeLabel.input_ts_ms``, the Kafka
   record timestamp) — one measurement per window (a window closes every 10 s per node);
 * ``features_latency_p50`` / ``_p99``: the same for the features hop alone;
-* ``regimes_per_s``, ``sustained`` (1 when throughput ≥ 95 % of offered and the backlog
-  stayed bounded) and per-service ``cpu_percent``.
+* ``regimes_per_s``, ``sustained`` (1 when throughput ≥ 95 % of offered and p99 stayed
+  under 5 s, i.e. the load was carried), ``p99_within_target`` (p99 ≤ 250 ms) and
+  per-service ``cpu_percent``.
 
 ``BENCH_PIPELINE_STEPS=500,1000,...`` and ``BENCH_PIPELINE_STEP_S`` override the steps;
 ``BENCH_FEATURES_WORKERS=N`` runs N features processes in one consumer group (partitions,
 and with them the window table, are split between them).
 
-Steps ascend and stop after the first step that is not sustained; ``ceiling`` is the
-highest sustained offered load. ``target`` says whether 5,000 nodes at 1 Hz with p99 ≤ 250 ms
-was met.
+Steps ascend and stop after the first step that is not sustained; the ``ceiling`` rows are
+the highest load carried, and the highest carried with p99 ≤ 250 ms. ``target`` says
+whether 5,000 nodes at 1 Hz with p99 ≤ 250 ms was met.
 """
 
 from __future__ import annotations
@@ -247,14 +248,25 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
         "sent": int(done.value),
         "cpu": cpu,
         "sustained": throughput >= 0.95 * nodes and bool(np.nanpercentile(lat, 99) < 5000),
+        "within_target": bool(np.nanpercentile(lat, 99) <= TARGET_P99_MS),
     }
 
 
 def _models(work: Path) -> dict[str, str]:
+    """Run risk only with a failure model that loads now (a copy: training may repoint CURRENT meanwhile)."""
+    from services.risk.model import load_failure_model
+    from services.runtime.faust_models import ModelRefusedError, resolve
+
     env: dict[str, str] = {}
-    failure = ROOT / "models" / "failure"
-    if (failure / "CURRENT").exists():
-        env["RISK_MODEL_DIR"] = str(failure)
+    try:
+        version = resolve(ROOT / "models" / "failure")
+        load_failure_model(version)
+        shutil.copytree(version, work / "failure" / version.name)
+    except (ModelRefusedError, OSError) as exc:
+        print(f"bench pipeline: risk not run ({exc})", file=sys.stderr)
+        return env
+    (work / "failure" / "CURRENT").write_text(version.name + "\n")
+    env["RISK_MODEL_DIR"] = str(work / "failure")
     return env
 
 
@@ -277,6 +289,7 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
     try:
         await _wait_ready(services)
         ceiling = 0
+        ceiling_latency = 0
         results = []
         for i, nodes in enumerate(steps):
             print(f"bench pipeline: {nodes} nodes at 1 Hz for {seconds:.0f}s", file=sys.stderr, flush=True)
@@ -304,13 +317,19 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
             ]
             rows += [{"bench": "pipeline", "case": f"{case} {svc}", "offered": nodes, "metric": "cpu_percent",
                       "value": round(pct, 1), "unit": "% of one core"} for svc, pct in r["cpu"].items()]
+            rows.append({"bench": "pipeline", "case": case, "offered": nodes, "metric": "p99_within_target",
+                         "value": 1.0 if r["within_target"] else 0.0, "unit": "bool"})
+            if r["sustained"] and r["within_target"]:
+                ceiling_latency = nodes
             if r["sustained"]:
                 ceiling = nodes
             else:
                 break
             await _drain(bootstrap, prefix)
-        rows.append({"bench": "pipeline", "case": "ceiling (highest sustained step)", "metric": "throughput",
+        rows.append({"bench": "pipeline", "case": "ceiling (highest step carried)", "metric": "throughput",
                      "value": float(ceiling), "unit": "NodeState/s"})
+        rows.append({"bench": "pipeline", "case": f"ceiling (carried with p99<={TARGET_P99_MS:.0f}ms)",
+                     "metric": "throughput", "value": float(ceiling_latency), "unit": "NodeState/s"})
         at_target = next((r for r in results if r["nodes"] == TARGET_NODES), None)
         met = at_target is not None and at_target["sustained"] and at_target["p99"] <= TARGET_P99_MS
         rows.append({"bench": "pipeline", "case": f"target {TARGET_NODES} nodes @1Hz p99<={TARGET_P99_MS:.0f}ms",
