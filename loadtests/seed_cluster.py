@@ -70,11 +70,66 @@ def deployment(namespace: str, name: str, replicas: int, workload: str) -> dict[
     }
 
 
+def mark_pods_ready(namespace: str, timeout_s: float = 60.0) -> int:
+    """Play the kubelet once: report every bound pod Running and Ready (there are no kubelets here)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pods = json.loads(kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
+        unbound = [p for p in pods if not p["spec"].get("nodeName")]
+        if pods and not unbound:
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    ready = 0
+    for pod in pods:
+        if not pod["spec"].get("nodeName"):
+            continue
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": t, "status": "True", "lastTransitionTime": now}
+                    for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+                ],
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "image": c["image"],
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "started": True,
+                        "state": {"running": {"startedAt": now}},
+                    }
+                    for c in pod["spec"]["containers"]
+                ],
+            }
+        }
+        kubectl(
+            "patch",
+            "pod",
+            pod["metadata"]["name"],
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(status),
+        )
+        ready += 1
+    return ready
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="seed-cluster", description=__doc__)
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--prefix", default="sim-")
     parser.add_argument("--namespace", default="demo")
+    parser.add_argument("--ready", action="store_true", help="report the seeded pods Running and Ready once bound")
     args = parser.parse_args(argv)
     names = [f"{args.prefix}{i:04d}" for i in range(args.nodes)]
     docs: list[dict[str, Any]] = [node(n) for n in names]
@@ -99,6 +154,8 @@ def main(argv: list[str]) -> int:
         }
     )
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads}))
+    if args.ready:
+        print(f"seed-cluster: {mark_pods_ready(args.namespace)} pods reported Running and Ready")
     print(
         f"seed-cluster: {len(names)} nodes ({names[0]}…{names[-1]}), namespace {args.namespace} with "
         + ", ".join(f"{n}×{r}" for n, r, _ in DEPLOYMENTS)

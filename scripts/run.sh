@@ -27,7 +27,7 @@ export REFEREE_MODE="${REFEREE_MODE:-apply}"
 export NODE_AGENT_SOURCE="${NODE_AGENT_SOURCE:-live}"
 
 echo "== seeding the local cluster with $nodes simulated nodes"
-.venv/bin/python -m loadtests.seed_cluster --nodes "$nodes"
+.venv/bin/python -m loadtests.seed_cluster --nodes "$nodes" --ready
 
 echo "== services"
 "$borgctl" up --only services
