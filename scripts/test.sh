@@ -9,6 +9,13 @@ mkdir -p test-artifacts
 bash scripts/ensure-system.sh
 
 echo "== local stack for tests"
+if ! bash infra/kafka/kafka.sh status >/dev/null; then
+  # No broker running (CI, fresh machine): give the suite its own empty data directory, so
+  # topics left by earlier runs never slow the broker down (a restart reloads every partition).
+  export KAFKA_DATA_DIR="${BORG_STATE:-$BORG_CACHE/state}/kafka-test-data"
+  rm -rf "$KAFKA_DATA_DIR"
+  echo "kafka: fresh test data directory $KAFKA_DATA_DIR"
+fi
 bash infra/kafka/kafka.sh start
 for component in jaeger kube; do
   script="infra/$component/$component.sh"
