@@ -17,7 +17,7 @@ rate="${RUN_RATE:-$nodes}"
 borgctl=".venv/bin/borgctl"
 
 bash scripts/ensure-system.sh
-echo "== local stack (first run builds Jaeger and Kubernetes: 10–20 min on 2 cores; cached after)"
+echo "== local stack (first run builds Jaeger and Kubernetes: ~25–30 min on 2 cores; cached after)"
 "$borgctl" up --no-services
 
 KUBECONFIG="$(bash infra/kube/kube.sh kubeconfig)"
