@@ -110,6 +110,18 @@ PEAK_BW_METRIC: Final = "mem_bw_peak_gbs"
 """NodeState.metrics entry (when an agent reports it) that makes ``membw_util`` measurable."""
 
 
+def vector_problem(vector: Any, schema_hash: str, consumer: str) -> str | None:
+    """Why a FeatureVector cannot be fed to `consumer`'s model (None when it can)."""
+    if vector.schema_hash != schema_hash:
+        return (
+            f"feature schema {vector.schema_hash[:12]}… differs from the model's {schema_hash[:12]}… "
+            f"(features and {consumer} run different feature definitions)"
+        )
+    if len(vector.values) != N_FEATURES:
+        return f"model input needs {N_FEATURES} features, the vector has {len(vector.values)}"
+    return None
+
+
 def node_feature_schema_hash() -> str:
     """sha256 over the schema version, hop, windows and the ordered feature names."""
     text = (

@@ -14,7 +14,7 @@ from prometheus_client import Counter
 
 from contracts import AnomalyScore, ContractError, FeatureVector
 from contracts import telemetry as names
-from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash
+from featurelib.node_features import as_model_input, node_feature_schema_hash, vector_problem
 from services.anomaly.model import AnomalyModel
 from services.anomaly.settings import AnomalySettings
 from services.runtime.faust_app import app_id, make_app, raw_topic
@@ -28,14 +28,6 @@ IN_TOPIC = "features.v1"
 OUT_TOPIC = "anomalies.v1"
 SCORED = Counter("borg_anomaly_windows_total", "Feature windows by outcome", ["outcome"])
 
-
-def check_vector(vector: FeatureVector, schema_hash: str) -> str | None:
-    if vector.schema_hash != schema_hash:
-        return (f"feature schema {vector.schema_hash[:12]}… differs from the model's {schema_hash[:12]}… "
-                "(features and anomaly run different feature definitions)")
-    if len(vector.values) != N_FEATURES:
-        return f"model input needs {N_FEATURES} features, the vector has {len(vector.values)}"
-    return None
 
 
 class AnomalyProcessor:
@@ -68,7 +60,7 @@ class AnomalyProcessor:
                 await self.sink.dead_letter(event, exc.message, exc.kind)
                 continue
             assert isinstance(vector, FeatureVector)
-            problem = check_vector(vector, self.schema_hash)
+            problem = vector_problem(vector, self.schema_hash, "anomaly")
             if problem is not None:
                 await self.sink.dead_letter(event, problem, "schema")
                 continue

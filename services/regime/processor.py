@@ -19,7 +19,7 @@ from prometheus_client import Counter
 
 from contracts import ContractError, FeatureVector, RegimeLabel
 from contracts import telemetry as names
-from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash
+from featurelib.node_features import as_model_input, node_feature_schema_hash, vector_problem
 from services.regime import hysteresis
 from services.regime.model import RegimeModel
 from services.regime.settings import RegimeSettings
@@ -36,15 +36,6 @@ REPLAY_HISTORY = 6
 """Labels kept per node so that re-delivered windows are answered identically."""
 WINDOWS = Counter("borg_regime_windows_total", "Feature windows by outcome", ["outcome"])
 
-
-def check_vector(vector: FeatureVector, schema_hash: str) -> str | None:
-    """Why a decoded vector cannot be scored (None when it can)."""
-    if vector.schema_hash != schema_hash:
-        return (f"feature schema {vector.schema_hash[:12]}… differs from the model's {schema_hash[:12]}… "
-                "(features and regime run different feature definitions)")
-    if len(vector.values) != N_FEATURES:
-        return f"model input needs {N_FEATURES} features, the vector has {len(vector.values)}"
-    return None
 
 
 class RegimeProcessor:
@@ -82,7 +73,7 @@ class RegimeProcessor:
                 await self.sink.dead_letter(event, exc.message, exc.kind)
                 continue
             assert isinstance(vector, FeatureVector)
-            problem = check_vector(vector, self.schema_hash)
+            problem = vector_problem(vector, self.schema_hash, "regime")
             if problem is not None:
                 await self.sink.dead_letter(event, problem, "schema")
                 continue
