@@ -1,4 +1,4 @@
-"""``borgctl serve anomaly``: run the anomaly faust app until SIGTERM.
+"""``borgctl serve anomaly``: run the anomaly processor until SIGTERM.
 
 Model from ``ANOMALY_MODEL_DIR`` (default ``models/anomaly``); refused at start-up (exit 2)
 when trained on another feature schema; a repointed ``CURRENT`` is picked up within
@@ -13,11 +13,11 @@ import sys
 from services.anomaly.model import AnomalyModel, load_anomaly_model
 from services.anomaly.processor import SERVICE, AnomalyProcessor
 from services.anomaly.settings import AnomalySettings
-from services.runtime.faust_app import run_app
-from services.runtime.faust_io import Sink
-from services.runtime.faust_models import ModelRefusedError, ModelWatcher
+from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
+from services.runtime.model_watch import ModelRefusedError, ModelWatcher
 from services.runtime.service import run_service
+from services.runtime.stream_io import Sink
 
 
 async def body(settings: AnomalySettings, stop: asyncio.Event, health: HealthServer) -> None:
@@ -27,7 +27,7 @@ async def body(settings: AnomalySettings, stop: asyncio.Event, health: HealthSer
     await sink.start()
     try:
         processor = AnomalyProcessor(settings, sink, models)
-        await run_app(processor.app, stop, health, tasks=(models.run,))
+        await run_stream(processor.stream, stop, health, tasks=(models.run,))
     finally:
         await sink.stop()
 

@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 
 from featurelib.node_features import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
-from services.runtime.faust_models import ModelRefusedError, onnx_session, read_card, verify_sha256
+from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card, verify_sha256
 
 
 @dataclass(frozen=True)

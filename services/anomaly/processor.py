@@ -1,4 +1,4 @@
-"""The anomaly faust app: FeatureVector batches → isolation forest (ONNX) → AnomalyScore on anomalies.v1.
+"""The anomaly processor: FeatureVector batches → isolation forest (ONNX) → AnomalyScore on anomalies.v1.
 
 Stateless: the output for a window depends only on the window and the model version, so a
 replay after a crash republishes the identical score under the same key (node, ts_ms).
@@ -17,12 +17,15 @@ from contracts import telemetry as names
 from featurelib.node_features import as_model_input, node_feature_schema_hash, vector_problem
 from services.anomaly.model import AnomalyModel
 from services.anomaly.settings import AnomalySettings
-from services.runtime.faust_app import app_id, make_app, raw_topic
-from services.runtime.faust_io import Sink, decode_event, flush_before_commit, headers_of
-from services.runtime.faust_models import ModelWatcher, infer_rows
-from services.runtime.faust_trace import stage_span
+from services.runtime.batch_stream import Batch, BatchStream, events_of
+from services.runtime.model_watch import ModelWatcher, infer_rows
+from services.runtime.stream_io import Sink, decode_event, headers_of
+from services.runtime.stream_settings import app_id
+from services.runtime.stream_trace import stage_span
 
 log = logging.getLogger(__name__)
+LINGER_S = 0.25
+"""Default ``STREAM_BATCH_LINGER_S``: the isolation forest costs ~840 µs for one row, ~30 µs per row in 200."""
 SERVICE = "anomaly"
 IN_TOPIC = "features.v1"
 OUT_TOPIC = "anomalies.v1"
@@ -36,20 +39,14 @@ class AnomalyProcessor:
         self.sink = sink
         self.models = models
         self.schema_hash = node_feature_schema_hash()
-        self.app = make_app(SERVICE, settings)
-        flush_before_commit(self.app, sink)
         self.group = app_id(SERVICE, settings.topic_prefix)
-        self.source = raw_topic(self.app, settings.topic(IN_TOPIC))
-        self.events = 0
+        self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
+                                  handle=self._handle, linger_s=LINGER_S)
         self.emitted = 0
-        self.app.agent(self.source, name=f"{self.group}.features")(self._agent)
 
-    async def _agent(self, stream: Any) -> None:
-        async for events in stream.take_events(self.settings.batch_max, self.settings.batch_within_s):
-            await self.handle_batch(events)
-            if self.settings.flush_each_batch:
-                await self.sink.flush()
-            self.events += len(events)
+    async def _handle(self, batch: Batch) -> None:
+        # every partition's records in one model call
+        await self.handle_batch([event for records in batch.values() for event in events_of(records)])
 
     async def handle_batch(self, events: list[Any]) -> None:
         accepted: list[tuple[Any, FeatureVector]] = []

@@ -1,4 +1,4 @@
-"""``borgctl serve features``: run the features faust app until SIGTERM."""
+"""``borgctl serve features``: run the features processor until SIGTERM."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import sys
 
 from services.features.processor import SERVICE, FeaturesProcessor
 from services.features.settings import FeaturesSettings
-from services.runtime.faust_app import run_app
-from services.runtime.faust_io import Sink
+from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
 from services.runtime.service import run_service
+from services.runtime.stream_io import Sink
 
 
 async def body(settings: FeaturesSettings, stop: asyncio.Event, health: HealthServer) -> None:
@@ -18,7 +18,7 @@ async def body(settings: FeaturesSettings, stop: asyncio.Event, health: HealthSe
     await sink.start()
     try:
         processor = FeaturesProcessor(settings, sink)
-        await run_app(processor.app, stop, health)
+        await run_stream(processor.stream, stop, health)
     finally:
         await sink.stop()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.runtime.faust_app import StreamSettings
+from services.runtime.stream_settings import StreamSettings
 
 
 class FeaturesSettings(StreamSettings):
@@ -17,5 +17,5 @@ class FeaturesSettings(StreamSettings):
     fault_exit_after: int = Field(
         default=0, ge=0,
         description="TESTS ONLY: exit the process after the batch holding this many events is produced and "
-                    "flushed but before faust acknowledges it (a crash between processing and commit)",
+                    "flushed but before its offsets are committed (a crash between processing and commit)",
     )

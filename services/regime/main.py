@@ -1,4 +1,4 @@
-"""``borgctl serve regime``: run the regime faust app until SIGTERM.
+"""``borgctl serve regime``: run the regime processor until SIGTERM.
 
 The model comes from ``REGIME_MODEL_DIR`` (default ``models/regime``; its ``CURRENT`` names
 the version). A model trained on another feature schema is refused at start-up (exit 2);
@@ -14,11 +14,11 @@ import sys
 from services.regime.model import RegimeModel, load_regime_model
 from services.regime.processor import SERVICE, RegimeProcessor
 from services.regime.settings import RegimeSettings
-from services.runtime.faust_app import run_app
-from services.runtime.faust_io import Sink
-from services.runtime.faust_models import ModelRefusedError, ModelWatcher
+from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
+from services.runtime.model_watch import ModelRefusedError, ModelWatcher
 from services.runtime.service import run_service
+from services.runtime.stream_io import Sink
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ async def body(settings: RegimeSettings, stop: asyncio.Event, health: HealthServ
     await sink.start()
     try:
         processor = RegimeProcessor(settings, sink, models)
-        await run_app(processor.app, stop, health, tasks=(models.run,))
+        await run_stream(processor.stream, stop, health, tasks=(models.run,))
     finally:
         await sink.stop()
 

@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from contracts.models import REGIMES, WORKLOAD_CLASSES
 from featurelib.node_features import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
-from services.runtime.faust_models import ModelRefusedError, onnx_session, read_card, verify_sha256
+from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card, verify_sha256
 
 MAX_SLOWDOWN = 100.0
 

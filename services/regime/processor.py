@@ -1,11 +1,12 @@
-"""The regime faust app: FeatureVector batches → ONNX → hysteresis → RegimeLabel on compacted regimes.v1.
+"""The regime processor: FeatureVector batches → ONNX → hysteresis → RegimeLabel on compacted regimes.v1.
 
-Per batch of events (``STREAM_BATCH_MAX`` / ``STREAM_BATCH_WITHIN_S``): decode and check
+Per batch of input (up to ``STREAM_BATCH_MAX`` records): decode and check
 each vector (schema hash and length), run the model once on the batch (falling back to
 row-by-row to dead-letter only the rows that make it fail), then advance each node's
-hysteresis state (a changelog table) and publish. A window already handled (same node and
-``ts_ms``) is answered with the identical label, so replays after a crash are idempotent
-on the key (node, ts_ms) (the last ``REPLAY_HISTORY`` labels per node are kept for that).
+hysteresis state (changelog ``<prefix>borg-regime-hysteresis-changelog``) and publish. A
+window already handled (same node and ``ts_ms``) is answered with the identical label, so
+replays after a crash are idempotent on the key (node, ts_ms) (the last ``REPLAY_HISTORY``
+labels per node are kept for that).
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from featurelib.node_features import as_model_input, node_feature_schema_hash, v
 from services.regime import hysteresis
 from services.regime.model import RegimeModel
 from services.regime.settings import RegimeSettings
-from services.runtime.faust_app import PARTITIONS, app_id, make_app, raw_topic, table_extra_config
-from services.runtime.faust_io import ChangelogTable, Sink, decode_event, flush_before_commit, headers_of
-from services.runtime.faust_models import ModelWatcher, infer_rows
-from services.runtime.faust_trace import stage_span
+from services.runtime.batch_stream import Batch, BatchStream, ChangelogState, events_of
+from services.runtime.model_watch import ModelWatcher, infer_rows
+from services.runtime.stream_io import Sink, decode_event, headers_of
+from services.runtime.stream_settings import app_id
+from services.runtime.stream_trace import stage_span
 
 log = logging.getLogger(__name__)
+LINGER_S = 0.02
+"""Default ``STREAM_BATCH_LINGER_S``: one model call per batch."""
 SERVICE = "regime"
 IN_TOPIC = "features.v1"
 OUT_TOPIC = "regimes.v1"
@@ -44,27 +48,18 @@ class RegimeProcessor:
         self.sink = sink
         self.models = models
         self.schema_hash = node_feature_schema_hash()
-        self.app = make_app(SERVICE, settings)
-        flush_before_commit(self.app, sink)
         self.group = app_id(SERVICE, settings.topic_prefix)
-        self.source = raw_topic(self.app, settings.topic(IN_TOPIC))
-        self.table = self.app.Table("hysteresis", partitions=PARTITIONS, key_type=bytes, value_type=bytes,
-                                    extra_topic_configs=table_extra_config())
-        self.state: ChangelogTable | None = None
-        self.events = 0
+        self.state = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-hysteresis-changelog",
+                                    sink=sink, replication=settings.replication_factor)
+        self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
+                                  handle=self._handle, state=[self.state], linger_s=LINGER_S)
         self.emitted = 0
-        self.app.agent(self.source, name=f"{self.group}.features")(self._agent)
 
-    async def _agent(self, stream: Any) -> None:
-        async for events in stream.take_events(self.settings.batch_max, self.settings.batch_within_s):
-            await self.handle_batch(events)
-            if self.settings.flush_each_batch:
-                await self.sink.flush()
-            self.events += len(events)
+    async def _handle(self, batch: Batch) -> None:
+        # every partition's records in one model call
+        await self.handle_batch([event for records in batch.values() for event in events_of(records)])
 
     async def handle_batch(self, events: list[Any]) -> None:
-        if self.state is None:
-            self.state = ChangelogTable(self.table, self.sink)
         accepted: list[tuple[Any, FeatureVector]] = []
         for event in events:
             try:
@@ -94,7 +89,6 @@ class RegimeProcessor:
 
     async def _publish(self, event: Any, vector: FeatureVector, model: RegimeModel, probs: np.ndarray,
                        slowdown: np.ndarray) -> None:
-        assert self.state is not None
         self.state.partition = event.message.partition
         state = hysteresis.load(self.state.get(vector.node))
         if state is not None and vector.ts_ms <= state["ts"]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.runtime.faust_app import StreamSettings
+from services.runtime.stream_settings import StreamSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""``borgctl serve risk``: run the risk faust app until SIGTERM (one replica).
+"""``borgctl serve risk``: run the risk processor until SIGTERM (one replica).
 
 Model from ``RISK_MODEL_DIR`` (default ``models/failure``, written by ``borgctl train
 failure``); refused at start-up (exit 2) when its task (or node) feature schema differs;
@@ -17,11 +17,12 @@ from services.risk.processor import SERVICE, TASK_TOPIC, RiskProcessor
 from services.risk.replay import rebuild_history
 from services.risk.settings import RiskSettings
 from services.risk.state import RiskState
-from services.runtime.faust_app import app_id, run_app
-from services.runtime.faust_io import Sink
-from services.runtime.faust_models import ModelRefusedError, ModelWatcher
+from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
+from services.runtime.model_watch import ModelRefusedError, ModelWatcher
 from services.runtime.service import run_service
+from services.runtime.stream_io import Sink
+from services.runtime.stream_settings import app_id
 
 
 async def body(settings: RiskSettings, stop: asyncio.Event, health: HealthServer) -> None:
@@ -36,7 +37,7 @@ async def body(settings: RiskSettings, stop: asyncio.Event, health: HealthServer
     await sink.start()
     try:
         processor = RiskProcessor(settings, sink, models, state)
-        await run_app(processor.app, stop, health, tasks=(models.run, processor.rescore_loop))
+        await run_stream(processor.stream, stop, health, tasks=(models.run, processor.rescore_loop))
     finally:
         await sink.stop()
 

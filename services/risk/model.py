@@ -20,7 +20,7 @@ import onnxruntime as ort
 
 from featurelib.node_features import FEATURE_INDEX, node_feature_schema_hash
 from featurelib.task_features import TASK_FEATURE_NAMES, task_feature_schema_hash
-from services.runtime.faust_models import ModelRefusedError, onnx_session, read_card, verify_sha256
+from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card, verify_sha256
 
 MODEL_KIND = "failure-risk"
 

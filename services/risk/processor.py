@@ -1,9 +1,10 @@
-"""The risk faust app: task events joined with the node's latest features → FailureRisk on risk.v1.
+"""The risk processor: task events joined with the node's latest features → FailureRisk on risk.v1.
 
-Two agents in one app (one replica; see ``state.py``):
+Two inputs in one consumer group (one replica; see ``state.py``):
 
-* ``features.v1`` → the ``node_features`` table (changelog): each node's newest vector and
-  the trace context it arrived with;
+* ``features.v1`` → the ``node_features`` state (changelog
+  ``<prefix>borg-risk-node_features-changelog``): each node's newest vector and the trace
+  context it arrived with;
 * ``taskevents.v1`` → task history → the running task's probabilities per horizon (ONNX,
   one row each) → a ``task`` FailureRisk, and a ``node`` FailureRisk aggregating the
   node's running tasks (``aggregate.py``). A task that stops gets a final record with
@@ -37,12 +38,15 @@ from services.risk.aggregate import node_probability
 from services.risk.model import FailureModel
 from services.risk.settings import RiskSettings
 from services.risk.state import RiskState
-from services.runtime.faust_app import PARTITIONS, app_id, make_app, raw_topic, table_extra_config
-from services.runtime.faust_io import ChangelogTable, Sink, decode_event, flush_before_commit, headers_of, timestamp_ms
-from services.runtime.faust_models import ModelWatcher, infer_rows
-from services.runtime.faust_trace import link_to, stage_span
+from services.runtime.batch_stream import Batch, BatchStream, ChangelogState, events_of
+from services.runtime.model_watch import ModelWatcher, infer_rows
+from services.runtime.stream_io import Sink, decode_event, headers_of, timestamp_ms
+from services.runtime.stream_settings import app_id
+from services.runtime.stream_trace import link_to, stage_span
 
 log = logging.getLogger(__name__)
+LINGER_S = 0.02
+"""Default ``STREAM_BATCH_LINGER_S``: one model call per batch."""
 SERVICE = "risk"
 TASK_TOPIC = "taskevents.v1"
 FEATURE_TOPIC = "features.v1"
@@ -66,35 +70,33 @@ class RiskProcessor:
         self.models = models
         self.state = state or RiskState()
         self.node_schema = node_feature_schema_hash()
-        self.app = make_app(SERVICE, settings)
-        flush_before_commit(self.app, sink)
         self.group = app_id(SERVICE, settings.topic_prefix)
-        self.tasks_in = raw_topic(self.app, settings.topic(TASK_TOPIC))
-        self.features_in = raw_topic(self.app, settings.topic(FEATURE_TOPIC))
-        self.table = self.app.Table("node_features", partitions=PARTITIONS, key_type=bytes, value_type=bytes,
-                                    extra_topic_configs=table_extra_config())
-        self.nodes: ChangelogTable | None = None
+        self.nodes = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-node_features-changelog",
+                                    sink=sink, replication=settings.replication_factor)
+        self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[TASK_TOPIC, FEATURE_TOPIC],
+                                  handle=self._handle, state=[self.nodes], linger_s=LINGER_S)
+        self.task_topic = settings.topic(TASK_TOPIC)
         self.task_events = 0
         self.feature_events = 0
         self.emitted = 0
-        self.app.agent(self.tasks_in, name=f"{self.group}.tasks")(self._task_agent)
-        self.app.agent(self.features_in, name=f"{self.group}.features")(self._feature_agent)
 
-    def _nodes(self) -> ChangelogTable:
-        if self.nodes is None:
-            self.nodes = ChangelogTable(self.table, self.sink)
+    def _nodes(self) -> ChangelogState:
         return self.nodes
 
-    # -- node features ------------------------------------------------------------------------
-    async def _feature_agent(self, stream: Any) -> None:
-        async for events in stream.take_events(self.settings.batch_max, self.settings.batch_within_s):
-            for event in events:
-                await self.handle_features(event)
-            await self._nodes().drain()
-            if self.settings.flush_each_batch:
-                await self.sink.flush()
-            self.feature_events += len(events)
+    async def _handle(self, batch: Batch) -> None:
+        # node features first: a task event in the same batch joins the newest vector
+        for tp, records in sorted(batch.items(), key=lambda item: item[0].topic == self.task_topic):
+            events = events_of(records)
+            if tp.topic == self.task_topic:
+                await self.handle_tasks(events)
+                self.task_events += len(events)
+            else:
+                for event in events:
+                    await self.handle_features(event)
+                await self.nodes.drain()
+                self.feature_events += len(events)
 
+    # -- node features ------------------------------------------------------------------------
     async def handle_features(self, event: Any) -> None:
         try:
             vector = decode_event(FeatureVector, event)
@@ -129,13 +131,6 @@ class RiskProcessor:
         return as_model_input(doc["v"], doc["m"]), link
 
     # -- task events ----------------------------------------------------------------------------
-    async def _task_agent(self, stream: Any) -> None:
-        async for events in stream.take_events(self.settings.batch_max, self.settings.batch_within_s):
-            await self.handle_tasks(events)
-            if self.settings.flush_each_batch:
-                await self.sink.flush()
-            self.task_events += len(events)
-
     async def handle_tasks(self, events: Sequence[Any]) -> None:
         for event in events:
             try:

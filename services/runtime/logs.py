@@ -45,5 +45,5 @@ def setup_logging(service: str, level: str = "INFO", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("aiokafka", "kafka", "faust", "mode"):
+    for noisy in ("aiokafka", "kafka"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

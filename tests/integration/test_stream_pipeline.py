@@ -32,7 +32,7 @@ from contracts.headers import build_headers, trace_id_of
 from contracts.models import REGIMES
 from featurelib.node_features import DictStore, NodeWindows, sample_from_dict
 from services.risk.model import load_failure_model
-from services.runtime.faust_models import ModelRefusedError, resolve
+from services.runtime.model_watch import ModelRefusedError, resolve
 from simulator import SyntheticCluster
 from tests.unit.test_risk_service import train_provisional_failure_model
 

@@ -20,7 +20,7 @@ import pytest
 from contracts import FeatureVector, decode
 from featurelib.node_features import DictStore, NodeWindows, sample_from_dict
 from services.risk.replay import committed_offsets
-from services.runtime.faust_app import app_id
+from services.runtime.stream_settings import app_id
 from tests.integration.test_stream_pipeline import collector, produce_states, running, scenario, spawn, stop, wait_ready
 
 pytestmark = [pytest.mark.integration]

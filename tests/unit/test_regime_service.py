@@ -26,7 +26,7 @@ from services.regime import hysteresis
 from services.regime.model import load_regime_model
 from services.regime.processor import RegimeProcessor
 from services.regime.settings import RegimeSettings
-from services.runtime.faust_models import ModelRefusedError, ModelWatcher, infer_rows, resolve
+from services.runtime.model_watch import ModelRefusedError, ModelWatcher, infer_rows, resolve
 from services.runtime.telemetry import setup_tracing
 from training.anomaly.cli import train_anomaly
 from training.regime.cli import train_regime

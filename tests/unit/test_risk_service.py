@@ -27,7 +27,7 @@ from featurelib.task_features import TASK_FEATURE_NAMES, TaskHistory, task_featu
 from services.risk.aggregate import node_probability
 from services.risk.model import MODEL_KIND, load_failure_model
 from services.risk.state import RiskState, to_history_event
-from services.runtime.faust_models import ModelRefusedError, resolve
+from services.runtime.model_watch import ModelRefusedError, resolve
 
 HORIZONS = (300, 900, 3600)
 T0_MS = 1_700_000_000_000
@@ -242,7 +242,7 @@ def test_risk_joins_node_features_with_span_links(provisional: Path) -> None:
     from contracts.headers import trace_id_of
     from services.risk.processor import RiskProcessor
     from services.risk.settings import RiskSettings
-    from services.runtime.faust_models import ModelWatcher
+    from services.runtime.model_watch import ModelWatcher
     from services.runtime.telemetry import setup_tracing
 
     setup_tracing("test", None)

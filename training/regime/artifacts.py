@@ -1,6 +1,6 @@
 """Versioned model directories (``<root>/<version>/`` + ``model_card.json`` + ``<root>/CURRENT``).
 
-The layout is what ``services/runtime/faust_models.py`` loads: the card names the files,
+The layout is what ``services/runtime/model_watch.py`` loads: the card names the files,
 their sha256 and the feature-schema hash; ``CURRENT`` names the version in use and is
 replaced atomically, which is how a running service picks up a new model.
 """

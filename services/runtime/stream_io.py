@@ -1,16 +1,10 @@
-"""Kafka I/O for faust stream processors: outputs, dead letters and table changelog writes.
+"""Kafka output for stream processors: outputs, dead letters and changelog records through one producer.
 
-Faust's own producer path costs ~100–400 µs per message on this class of machine, so
-stream processors produce through one idempotent aiokafka producer here instead. faust
-commits only offsets of acknowledged events (``Stream.take_events`` acks when the loop
-body returns) and flushes before it commits; :func:`flush_before_commit` makes that flush
-include this producer (or, with ``STREAM_FLUSH_EACH_BATCH``, every batch is flushed before
-it is acknowledged). Either way outputs, dead letters and state are durable before the
-input offset is committed (at-least-once; duplicates carry the same idempotent key).
-
-Table state is written the same way: the value goes into the faust table's store and a
-record into the table's changelog topic (the source event's partition, as faust itself
-would), so faust's changelog recovery restores it after a restart.
+Everything a processor writes goes through one idempotent aiokafka producer (``Sink``);
+``BatchStream`` calls ``flush`` (wait until the broker acknowledged everything sent) before
+it commits input offsets, so outputs, dead letters and state are durable before the input
+is marked done (at-least-once; duplicates carry the same idempotent key). Consumed records
+are read through ``event.message.<field>`` (``batch_stream.RecordEvent``).
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from contracts.base import Contract
 from contracts.headers import Headers, build_headers
 from contracts.topics import DEADLETTER_TOPIC, topic_spec
 from services.runtime.deadletter import dead_letter
-from services.runtime.metrics import DEADLETTERS, MESSAGES_IN, MESSAGES_OUT
+from services.runtime.metrics import DEADLETTERS, MESSAGES_OUT
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +88,11 @@ class Sink:
         MESSAGES_OUT.labels(topic).inc(len(records))
 
     async def dead_letter(self, event: Any, error: str, kind: str) -> None:
-        """The original bytes of a faust event, the error and where it came from."""
-        msg = event.message
+        """The original bytes of a consumed event (``event.message``), the error and where it came from."""
+        await self.dead_letter_record(event.message, error, kind)
+
+    async def dead_letter_record(self, msg: Any, error: str, kind: str) -> None:
+        """The original bytes of a consumed record, the error and where it came from."""
         letter = dead_letter(
             service=self.service,
             topic=msg.topic,
@@ -119,65 +116,8 @@ class Sink:
             await asyncio.gather(*pending)
 
 
-class ChangelogTable:
-    """Key-value state in a faust table, persisted through ``Sink.changelog`` (not faust's producer).
-
-    ``put`` updates the table's store at once and queues a changelog record for the partition
-    of the event being handled (set ``partition`` first); ``drain`` sends the queue. Values are
-    bytes, so what faust's recovery restores is exactly what was written.
-    """
-
-    def __init__(self, table: Any, sink: Sink) -> None:
-        self.table = table
-        self.sink = sink
-        self.data = table.data
-        self.partition = 0
-        self.pending: list[tuple[int, bytes, bytes]] = []
-
-    def get(self, key: str) -> bytes | None:
-        value = self.data.get(key.encode())
-        return None if value is None else bytes(value)
-
-    def put(self, key: str, value: bytes) -> None:
-        k = key.encode()
-        self.data[k] = value
-        self.pending.append((self.partition, k, value))
-
-    def mark(self) -> int:
-        return len(self.pending)
-
-    def discard_since(self, mark: int) -> None:
-        """Forget records queued since ``mark`` (the event that queued them failed)."""
-        del self.pending[mark:]
-
-    async def drain(self) -> None:
-        """Send the queued records (call once per batch: they go out as one producer batch per partition)."""
-        if self.pending:
-            pending, self.pending = self.pending, []
-            await self.sink.changelog_many(self.table.changelog_topic.get_topic_name(), pending)
-
-
-def flush_before_commit(app: Any, sink: Sink) -> None:
-    """Make faust flush ``sink`` wherever it flushes its own producer: before every offset commit.
-
-    faust's consumer awaits ``app.producer.flush()`` before it commits acknowledged offsets
-    (also at rebalance and shutdown). Chaining the sink's flush there keeps at-least-once
-    while a batch no longer waits for the broker's acknowledgements before the next one
-    (``STREAM_FLUSH_EACH_BATCH=false``, the default).
-    """
-    producer = app.producer
-    original = producer.flush
-
-    async def flush_all() -> None:
-        await sink.flush()
-        await original()
-
-    producer.flush = flush_all
-
-
 def decode_event(model: type[Contract], event: Any) -> Contract:
-    """Decode a raw faust event value into its contract model (raises ContractError)."""
-    MESSAGES_IN.labels(event.message.topic).inc()
+    """Decode a consumed event's value into its contract model (raises ContractError)."""
     return decode(model, event.message.value)
 
 
@@ -191,17 +131,15 @@ def headers_of(event: Any) -> Sequence[tuple[str, bytes]]:
 
 
 def timestamp_ms(event: Any) -> int:
-    """The record timestamp (producer create time) of a faust event, in epoch ms."""
+    """The record timestamp (producer create time) of a consumed event, in epoch ms."""
     ts = event.message.timestamp
     return round(ts * 1000) if ts < 1e11 else int(ts)
 
 
 __all__ = [
-    "ChangelogTable",
     "ContractError",
     "Sink",
     "decode_event",
-    "flush_before_commit",
     "headers_of",
     "timestamp_ms",
 ]

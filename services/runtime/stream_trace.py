@@ -1,6 +1,6 @@
-"""Trace context for faust stream processors: continue each input's trace on every output.
+"""Trace context for stream processors: continue each input's trace on every output.
 
-faust neither extracts W3C context from input headers nor injects it into what it
+The batch loop does not extract W3C context from input headers or inject it into what it
 produces (and OpenTelemetry's aiokafka instrumentation would start new root traces), so
 processors call :func:`stage_span` with the input's headers: the span is a child of the
 input's producer span, and its context is passed to ``Sink.send`` so the output's

@@ -1,0 +1,48 @@
+"""Settings and names every stream processor (features, regime, anomaly, risk) shares.
+
+Every name derived from a service — its consumer group ``<prefix>borg-<service>`` and its
+changelog topics ``<prefix>borg-<service>-<table>-changelog`` — starts with
+``BORG_TOPIC_PREFIX``, so tests with unique prefixes share one broker safely. (The names
+are the ones the earlier faust-streaming apps used, so committed offsets and changelogs
+carry over.)
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+
+from services.runtime.settings import RuntimeSettings
+
+PARTITIONS = 6
+"""Partitions of every keyed stream topic (contracts/topics.py) and therefore of the changelogs."""
+
+
+class StreamSettings(RuntimeSettings):
+    """Settings every stream processor shares (explicit env names, no service prefix)."""
+
+    commit_interval_s: float = Field(
+        default=1.0, gt=0, le=60, validation_alias=AliasChoices("STREAM_COMMIT_INTERVAL_S", "FAUST_COMMIT_INTERVAL_S"),
+        description="how often processed offsets are committed (state and outputs are flushed first)")
+    replication_factor: int = Field(
+        default=1, ge=1, le=5, validation_alias=AliasChoices("STREAM_REPLICATION_FACTOR", "FAUST_REPLICATION_FACTOR"),
+        description="replication factor of the changelog topics a processor creates")
+    session_timeout_s: float = Field(
+        default=10.0, ge=6.0, le=300.0,
+        validation_alias=AliasChoices("STREAM_SESSION_TIMEOUT_S", "FAUST_SESSION_TIMEOUT_S"),
+        description="how long a crashed member holds its partitions before the group rebalances without it")
+    batch_max: int = Field(default=2000, ge=1, le=20_000, validation_alias="STREAM_BATCH_MAX",
+                           description="most records handled per batch")
+    batch_linger_s: float | None = Field(
+        default=None, ge=0, le=5, validation_alias=AliasChoices("STREAM_BATCH_LINGER_S", "STREAM_BATCH_WITHIN_S"),
+        description="how long to keep fetching to fill a batch once its first records arrived (bigger batches "
+                    "amortise model calls; adds at most this much latency); default per service")
+    flush_each_batch: bool = Field(
+        default=False, validation_alias="STREAM_FLUSH_EACH_BATCH",
+        description="wait for the broker to acknowledge each batch's outputs (else: before each offset commit)")
+    model_poll_s: float = Field(default=5.0, gt=0, le=3600, validation_alias="MODEL_POLL_S",
+                                description="how often the model directory's CURRENT is checked")
+
+
+def app_id(service: str, prefix: str) -> str:
+    """The service's consumer group and the stem of its changelog topics."""
+    return f"{prefix}borg-{service}"
