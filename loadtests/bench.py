@@ -1,4 +1,4 @@
-"""`borgctl bench {pipeline,inference,agent,referee,extender,reference,all} [--quick] --out FILE`.
+"""`borgctl bench {pipeline,inference,agent,referee,extender,tracing,stages,reference,all} [--quick] --out FILE`.
 
 Every benchmark shares this harness and writes the one result format
 (`loadtests.bench_format`), with reference ceilings measured in the same run.
@@ -24,6 +24,7 @@ BENCHES: dict[str, tuple[str, str, bool]] = {
     "referee": ("services.referee.bench", "run_referee_bench", True),
     "extender": ("services.scheduler_extender.bench", "run_extender_bench", False),
     "tracing": ("loadtests.bench_tracing", "run_tracing_bench", True),
+    "stages": ("loadtests.bench_stages", "run_stages_bench", True),
 }
 
 
@@ -80,3 +81,7 @@ def main(argv: list[str]) -> int:
         print(f"{row['bench']:<10} {row['case']:<28} {row['metric']:<12} {row['value']:>12.2f} {row['unit']}")
     print(f"wrote {len(rows)} results to {args.out}", file=sys.stderr)
     return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -120,7 +120,7 @@ async def _wait_ready(services: list[_Service], limit_s: float = 120.0) -> None:
 def _generate(bootstrap: str, prefix: str, nodes: int, seconds: float, seed: int, name_prefix: str,
               done: Any) -> None:
     """Child process: ``nodes`` simulated nodes at 1 Hz for ``seconds``, sends spread over each second."""
-    from loadtests.loadgen import tune_malloc
+    from services.runtime.tuning import tune_malloc
 
     tune_malloc()
     asyncio.run(_generate_async(bootstrap, prefix, nodes, seconds, seed, name_prefix, done))

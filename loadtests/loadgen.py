@@ -309,32 +309,13 @@ async def _send_task_events(producer: Any, topic: str, headers: list[tuple[str, 
                             headers=headers)
 
 
-def tune_malloc() -> bool:
-    """For a generator *process*: keep freed heap instead of returning it to the kernel (glibc).
-
-    Every produce request allocates and frees ~1 MB buffers (record batches, the encoded
-    request); with glibc's default trim/mmap thresholds each one is fresh pages from the
-    kernel, which page-faulting costs ~4–5 µs of system CPU per NodeState at 10,000/s. With
-    a 32 MB mmap and 128 MB trim threshold the pages are reused: ~0.7 µs. Process-wide, so
-    call it only in a process that exists to generate load. False when not glibc.
-    """
-    import ctypes
-    import ctypes.util
-
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 128 << 20))
-
-
 # ------------------------------------------------------------------------------ measuring a generator
 
 
 def _run_in_child(bootstrap: str, prefix: str, nodes: int, seconds: float, seed: int, name_prefix: str,
                   done: Any) -> None:
+    from services.runtime.tuning import tune_malloc
+
     tune_malloc()
     done.value = asyncio.run(generate_nodestate(bootstrap, prefix, nodes, seconds, seed, name_prefix))
 

@@ -42,7 +42,7 @@ def free_port() -> int:
 
 
 def group_env(name: str, prefix: str) -> dict[str, str]:
-    """Consumer-group settings of the services that take one (faust apps derive theirs from the prefix)."""
+    """Consumer-group settings of the services that take one (stream processors derive theirs from the prefix)."""
     if name == "referee":
         return {"REFEREE_GROUP_ID": f"{prefix}referee"}
     if name.startswith("agent-"):
@@ -219,7 +219,7 @@ def kafka_pid() -> int | None:
 
 
 async def delete_topics(bootstrap: str, prefix: str) -> int:
-    """Delete every topic of the run's namespace (including faust's changelog topics)."""
+    """Delete every topic of the run's namespace (including the stream processors' changelog topics)."""
     from services.runtime.admin import connect_admin
 
     admin = await connect_admin(bootstrap, timeout_s=10)

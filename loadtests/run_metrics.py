@@ -35,7 +35,7 @@ BENCH = "pipeline"
 
 
 def stage_groups(prefix: str, services: Sequence[str], known: set[str]) -> dict[str, str]:
-    """Service → its consumer group (faust apps: ``<prefix>borg-<svc>``; others: ``<prefix><svc>``)."""
+    """Service → its consumer group (stream processors: ``<prefix>borg-<svc>``; others: ``<prefix><svc>``)."""
     out: dict[str, str] = {}
     for svc in services:
         for candidate in (f"{prefix}borg-{svc}", f"{prefix}{svc}"):

@@ -37,6 +37,7 @@ from services.runtime.health import HealthServer
 from services.runtime.metrics import CONSUMER_LAG, MESSAGES_IN
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import PARTITIONS, StreamSettings, app_id
+from services.runtime.tuning import tune_process
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,7 @@ class BatchStream:
         self._committing = asyncio.Lock()
         self._consumer: AIOKafkaConsumer | None = None
         self._generation = 0
+        self._fatal: BaseException | None = None
 
     def _make_consumer(self) -> AIOKafkaConsumer:
         settings = self.settings
@@ -190,13 +192,14 @@ class BatchStream:
         try:
             last_commit = time.monotonic()
             while not stop.is_set():
-                generation = self._generation
-                batch = await self._fetch(consumer)
+                batch, generation = await self._fetch(consumer)
+                self._raise_fatal()
                 if batch:
-                    async with self._processing:
+                    async with self._processing:  # also waits for a restore in progress
+                        self._raise_fatal()
                         if generation != self._generation:
-                            # a rebalance ran while the batch was fetched: its partitions may be another
-                            # worker's now; the consumer re-fetches from the committed offsets anyway
+                            # fetched before a revocation: the partitions may be another worker's now,
+                            # and a new assignment re-fetches from the committed offsets
                             continue
                         await self.handle(batch)
                         self._advance(batch)
@@ -211,12 +214,27 @@ class BatchStream:
         finally:
             await consumer.stop()
 
-    async def _fetch(self, consumer: AIOKafkaConsumer) -> Batch:
-        """Up to ``batch_max`` records: what is there, plus what arrives within ``linger_s``."""
+    def _raise_fatal(self) -> None:
+        # aiokafka only logs what a rebalance listener raises: without its state a worker must
+        # not consume (it would publish windows without history and overwrite the changelog),
+        # so it stops, and its partitions go to a worker that can restore them
+        if self._fatal is not None:
+            raise RuntimeError(f"{self.service}: state restore failed") from self._fatal
+
+    async def _fetch(self, consumer: AIOKafkaConsumer) -> tuple[Batch, int]:
+        """Up to ``batch_max`` records: what is there, plus what arrives within ``linger_s``.
+
+        Returns the batch and the revocation generation it belongs to. aiokafka hands out only
+        records of the current assignment, but rebalance callbacks run during ``getmany``: what
+        an earlier call returned before a revocation is dropped here (re-fetched after it).
+        """
         limit = self.settings.batch_max
+        generation = self._generation
         batch: Batch = await consumer.getmany(timeout_ms=100, max_records=limit)
+        if self._generation != generation:
+            generation = self._generation
         if not batch or self.linger_s <= 0:
-            return batch
+            return batch, generation
         count = sum(map(len, batch.values()))
         deadline = time.monotonic() + self.linger_s
         while count < limit:
@@ -224,10 +242,13 @@ class BatchStream:
             if left <= 0:
                 break
             more: Batch = await consumer.getmany(timeout_ms=max(1, int(left * 1000)), max_records=limit - count)
+            if self._generation != generation:
+                generation = self._generation
+                batch, count = {}, 0
             for tp, records in more.items():
                 batch.setdefault(tp, []).extend(records)
                 count += len(records)
-        return batch
+        return batch, generation
 
     def _advance(self, batch: Batch) -> None:
         for tp, records in batch.items():
@@ -282,9 +303,16 @@ class BatchStream:
 
     async def on_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         partitions = sorted({tp.partition for tp in assigned})
-        self._generation += 1
-        for hooks in self.state:
-            await hooks.restore(partitions)
+        # aiokafka already fetches for the new assignment while this runs: the lock keeps the
+        # loop from handling those records before their partitions' state is back
+        async with self._processing:
+            try:
+                for hooks in self.state:
+                    await hooks.restore(partitions)
+            except Exception as exc:
+                log.exception("restoring the state of partitions %s failed", partitions)
+                self._fatal = exc
+                return
         log.info("partitions %s of %s assigned, state restored", partitions, ", ".join(self.topics))
         self.ready.set()
 
@@ -308,6 +336,7 @@ async def run_stream(
     tasks: tuple[Callable[[asyncio.Event], Coroutine[Any, Any, None]], ...] = (),
 ) -> None:
     """Run ``stream`` and side tasks (model watchers, re-scoring) until ``stop``; a failing task stops all."""
+    tune_process()
     health.add_check(stream.service, stream.is_ready)
     main = asyncio.create_task(stream.run(stop), name=f"{stream.service}-stream")
     side = [asyncio.create_task(t(stop), name=getattr(t, "__name__", "side")) for t in tasks]
