@@ -13,9 +13,10 @@ Three layers, all pure (no I/O, no Kafka):
 * :class:`PaneAgg` keeps count / sum / sum of squares per metric for one *pane*
   (``hop_ms`` of event time). Hopping windows of 10 s, 60 s and 300 s that advance
   by one pane are unions of the last 1, 6 and 30 panes (:func:`window_features`).
-* :class:`NodeWindows` is the per-node state machine over a small key-value store
-  (a dict offline; a faust table with a changelog online). It deduplicates samples,
-  accepts out-of-order samples until their pane closes, closes a pane on the sample
+* :class:`NodeWindows` is the per-node state machine, persisted to a small key-value
+  store (a dict offline; a changelog topic in the features service, written once per
+  commit). It deduplicates samples, accepts out-of-order samples until their pane
+  closes, closes a pane on the sample
   that completes it (``ts + interval`` reaches the pane end) or on the first sample
   of a later pane, and emits one :class:`Window` per closed pane. Re-delivering a
   sample that closed one of the last ``REPLAY_PANES`` panes re-emits the identical
@@ -581,8 +582,9 @@ class NodeWindows:
     """Per-node pane aggregation with dedup, bounded lateness and idempotent re-emission.
 
     State lives decoded in memory (one ``_NodeState`` per node) and is persisted as records
-    in ``store``: key ``node`` holds the open pane (JSON: aggregates, the (seq, ts) ids it
-    contains, the closing ids of the last ``REPLAY_PANES`` windows); keys ``node|i`` hold
+    in ``store``: key ``node`` holds the open pane (packed binary; the older JSON layout is
+    still read: aggregates, the (seq, ts) ids it contains, the closing ids of the last
+    ``REPLAY_PANES`` windows); keys ``node|i`` hold
     closed panes (packed binary), a ring of ``RING``. A node seen for the first time is
     loaded from ``store`` (what a changelog restored).
 

@@ -75,7 +75,7 @@ def _spawn(name: str, bootstrap: str, prefix: str, work: Path, env: dict[str, st
     label = name.replace("#", "-")
     log = work / f"{label}.log"
     full = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "BORG_TOPIC_PREFIX": prefix, "HEALTH_PORT": str(port),
-            "FAUST_DATADIR": str(work / f"faust-{label}"), "LOG_FORMAT": "text", "LOG_LEVEL": "WARNING",
+            "LOG_FORMAT": "text", "LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(ROOT), **env}
     with log.open("ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", f"services.{module}"], cwd=ROOT, env=full, stdout=out,

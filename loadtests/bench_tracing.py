@@ -14,7 +14,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
@@ -79,7 +78,6 @@ async def _drain_time(bootstrap: str, prefix: str, count: int, tracing: bool, ti
         "BORG_TOPIC_PREFIX": run_prefix,
         "HEALTH_PORT": "0",
         "LOG_LEVEL": "WARNING",
-        "FAUST_DATADIR": tempfile.mkdtemp(prefix="bench-tracing-"),
         "OTEL_SAMPLE_RATIO": "1.0",
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)

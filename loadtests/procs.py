@@ -112,7 +112,6 @@ class Pipeline:
                 "LOG_LEVEL": env.get("LOG_LEVEL", "INFO"),
                 "HEALTH_HOST": "127.0.0.1",
                 "HEALTH_PORT": str(port),
-                "FAUST_DATADIR": str(self.out_dir / "faust" / entry.name),
                 "REFEREE_MODE": "shadow",
                 "PYTHONUNBUFFERED": "1",
                 **group_env(entry.name, self.prefix),
@@ -128,7 +127,6 @@ class Pipeline:
         for name in names:
             entry = by_name[name]
             port = free_port()
-            (self.out_dir / "faust" / name).mkdir(parents=True, exist_ok=True)
             log_path = logs / f"{name}.log"
             with log_path.open("ab") as out:
                 proc = subprocess.Popen(

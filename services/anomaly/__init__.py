@@ -1,1 +1,1 @@
-"""anomaly: features.v1 → isolation-forest anomaly score on anomalies.v1 (faust, ONNX)."""
+"""anomaly: features.v1 → isolation-forest anomaly score on anomalies.v1 (ONNX)."""

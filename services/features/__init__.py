@@ -1,1 +1,1 @@
-"""features: nodestate.v1 → windowed per-node FeatureVectors on features.v1 (faust)."""
+"""features: nodestate.v1 → windowed per-node FeatureVectors on features.v1."""

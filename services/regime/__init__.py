@@ -1,1 +1,1 @@
-"""regime: features.v1 → contention regime, confidence and interference on regimes.v1 (faust, ONNX)."""
+"""regime: features.v1 → contention regime, confidence and interference on regimes.v1 (ONNX)."""

@@ -1,8 +1,8 @@
 """Rebuilding the in-memory task history by replaying taskevents.v1 up to the committed offsets.
 
-Runs before the faust app consumes: every event the group has already committed is read
+Runs before the processor consumes: every event the group has already committed is read
 from the start of the topic (bounded by the topic's retention), ordered by event time and
-fed to the history without producing anything. faust then resumes at the committed
+fed to the history without producing anything. The consumer then resumes at the committed
 offsets, so each event shapes the state exactly once and outputs after the last commit
 are produced again (same keys; at-least-once).
 """

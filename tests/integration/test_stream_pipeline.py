@@ -64,7 +64,6 @@ def spawn(name: str, bootstrap: str, prefix: str, tmp: Path, **env: str) -> Serv
         **os.environ,
         "KAFKA_BOOTSTRAP": bootstrap,
         "BORG_TOPIC_PREFIX": prefix,
-        "FAUST_DATADIR": str(tmp / f"faust-{name}-{port}"),
         "HEALTH_PORT": str(port),
         "LOG_FORMAT": "text",
         "LOG_LEVEL": "WARNING",

@@ -2,7 +2,7 @@
 
 The first features process is told to exit hard (``os._exit``) right after it has produced
 and flushed the outputs and changelog records of the batch that takes it past 2,500
-NodeStates, before faust acknowledges (and so before it can commit) that batch; offsets of
+NodeStates, before it can commit that batch's offsets; offsets of
 earlier batches are committed every 0.5 s, so the crash lands mid-stream. The second process
 recovers the window table from its changelog, re-reads the uncommitted input and must
 produce exactly the offline feature windows: no window missing, and every re-emitted
@@ -37,7 +37,7 @@ async def test_crash_between_processing_and_commit_loses_nothing(kafka_bootstrap
     crash_after = 2500
     batch = 200
     first = spawn("features", kafka_bootstrap, topic_prefix, tmp_path, FEATURES_FAULT_EXIT_AFTER=str(crash_after),
-                  FAUST_COMMIT_INTERVAL_S="0.5", STREAM_BATCH_MAX=str(batch))
+                  STREAM_COMMIT_INTERVAL_S="0.5", STREAM_BATCH_MAX=str(batch))
     with running(first):
         await wait_ready((first,))
         await produce_states(kafka_bootstrap, topic_prefix, sc.states)

@@ -131,7 +131,6 @@ async def test_decision_trace_has_every_edge(
         "REFEREE_MODE": "apply",
         "REFEREE_KUBECONFIG": stack,
         "AGENT_MAX_INPUT_AGE_S": "100000",
-        "FAUST_DATADIR": str(tmp_path / "faust"),
     }
     procs = [
         subprocess.Popen(

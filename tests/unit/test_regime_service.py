@@ -1,6 +1,6 @@
 """Regime and anomaly services without a broker: hysteresis, model cards, refusal, dead letters, batching.
 
-The processors are driven with stand-in faust events and a recording sink; the models are
+The processors are driven with stand-in consumed events and a recording sink; the models are
 trained in the test (quick simulator runs), never hard-coded.
 """
 
