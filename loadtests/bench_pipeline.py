@@ -16,15 +16,18 @@ Per step (offered load = N NodeState/s) the bench consumes ``features.v1`` and
 * ``features_latency_p50`` / ``_p99``: the same for the features hop alone;
 * ``regimes_per_s``, ``sustained`` (1 when throughput ≥ 95 % of offered and p99 stayed
   under 5 s, i.e. the load was carried), ``p99_within_target`` (p99 ≤ 250 ms) and
-  per-service ``cpu_percent``.
+  ``cpu_percent`` per service, of the broker, the load generator and the bench itself (% of
+  one core each), and of the whole machine (% of all cores: 100 = saturated).
 
 ``BENCH_PIPELINE_STEPS=500,1000,...`` and ``BENCH_PIPELINE_STEP_S`` override the steps;
 ``BENCH_FEATURES_WORKERS=N`` runs N features processes in one consumer group (partitions,
 and with them the window table, are split between them).
 
 Steps ascend and stop after the first step that is not sustained; the ``ceiling`` rows are
-the highest load carried, and the highest carried with p99 ≤ 250 ms. ``target`` says
-whether 5,000 nodes at 1 Hz with p99 ≤ 250 ms was met.
+the highest load carried, and the highest carried with p99 ≤ 250 ms. The ``target`` rows
+say whether 5,000 nodes at 1 Hz with p99 ≤ 250 ms (the stream issue's target) and, when
+offered, 10,000 nodes (the load-test issue's) were met. Steps: 2,000 and 5,000 with
+``--quick`` (30 s each); 1,000 to 12,500 otherwise (45 s each).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_NODES = 5000
+"""Issue target: 5,000 nodes at 1 Hz with p99 <= 250 ms (the largest supported Kubernetes cluster)."""
+STRETCH_NODES = 10_000
+"""Load-test target: 10,000 nodes at 1 Hz with p99 <= 250 ms (twice that)."""
 TARGET_P99_MS = 250.0
 WARMUP_S = 12.0
 
@@ -163,22 +169,29 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
     done = ctx.Value("q", 0)
     gen = ctx.Process(target=_generate, args=(bootstrap, prefix, nodes, seconds, seed, f"b{nodes}-", done),
                       daemon=True)
-    cpu0 = {s.name: s.ps.cpu_times() for s in services}
     t_start = time.time()
     gen.start()
+    # everything else that shares the two cores: the broker, the load generator, this process
+    others = {"broker": _broker_process(), "loadgen": _process(gen.pid), "bench": psutil.Process()}
+    watched = {**{s.name: s.ps for s in services}, **{k: v for k, v in others.items() if v is not None}}
+    cpu0 = {name: _cpu(ps) for name, ps in watched.items()}
+    machine0 = psutil.cpu_times()
     samples = 0
     windows = 0
     latencies: list[float] = []
     feature_latencies: list[float] = []
     measure_from = t_start + WARMUP_S
     measure_to = t_start + seconds
-    cpu_mark: dict[str, Any] = {}
+    cpu_mark: dict[str, float | None] = {}
+    cpu_end: dict[str, float | None] = {}
+    machine1 = machine0
     try:
         while time.time() < measure_to + 2.0:
             batch = await consumer.getmany(timeout_ms=200)
             received = time.time()
             if received >= measure_from and not cpu_mark:
-                cpu_mark = {s.name: s.ps.cpu_times() for s in services}
+                cpu_mark = {name: _cpu(ps) for name, ps in watched.items()}
+                machine0 = psutil.cpu_times()
             for tp, records in batch.items():
                 in_window = measure_from <= received <= measure_to
                 if not in_window:
@@ -192,7 +205,9 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
                     for r in records:
                         windows += 1
                         latencies.append(received * 1000 - orjson.loads(r.value)["input_ts_ms"])
-        cpu_end = {s.name: s.ps.cpu_times() for s in services}
+            if received > measure_to and not cpu_end:
+                cpu_end = {name: _cpu(ps) for name, ps in watched.items()}
+                machine1 = psutil.cpu_times()
     finally:
         gen.join(timeout=30)
         if gen.is_alive():
@@ -202,7 +217,11 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
     cpu = {}
     for name, end in cpu_end.items():
         begin = cpu_mark.get(name, cpu0[name])
-        cpu[name] = 100.0 * ((end.user - begin.user) + (end.system - begin.system)) / span
+        if end is not None and begin is not None:
+            cpu[name] = 100.0 * (end - begin) / span
+    busy = (sum(machine1) - machine1.idle - machine1.iowait) - (sum(machine0) - machine0.idle - machine0.iowait)
+    total = sum(machine1) - sum(machine0)
+    cpu["machine"] = 100.0 * busy / total if total > 0 else float("nan")
     lat = np.asarray(latencies) if latencies else np.asarray([np.nan])
     flat = np.asarray(feature_latencies) if feature_latencies else np.asarray([np.nan])
     throughput = samples / span
@@ -219,6 +238,30 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
         "sustained": throughput >= 0.95 * nodes and bool(np.nanpercentile(lat, 99) < 5000),
         "within_target": bool(np.nanpercentile(lat, 99) <= TARGET_P99_MS),
     }
+
+
+def _cpu(ps: psutil.Process) -> float | None:
+    """user + system CPU seconds of a process (None once it is gone)."""
+    try:
+        t = ps.cpu_times()
+    except psutil.Error:
+        return None
+    return float(t.user + t.system)
+
+
+def _process(pid: int | None) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid) if pid else None
+    except psutil.Error:
+        return None
+
+
+def _broker_process() -> psutil.Process | None:
+    """The local Kafka broker (infra/kafka/kafka.sh runs ``kafka.Kafka``), when it runs on this machine."""
+    for proc in psutil.process_iter(["cmdline"]):
+        if "kafka.Kafka" in (proc.info.get("cmdline") or []):
+            return proc
+    return None
 
 
 def _models(work: Path) -> dict[str, str]:
@@ -242,7 +285,7 @@ def _models(work: Path) -> dict[str, str]:
 async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
     from services.runtime.admin import create_topics
 
-    steps = [300, 1000] if quick else [500, 1000, 2000, 3000, TARGET_NODES]
+    steps = [2000, TARGET_NODES] if quick else [1000, 2500, TARGET_NODES, 7500, STRETCH_NODES, 12_500]
     if os.environ.get("BENCH_PIPELINE_STEPS"):
         steps = [int(x) for x in os.environ["BENCH_PIPELINE_STEPS"].split(",")]
     seconds = float(os.environ.get("BENCH_PIPELINE_STEP_S", "30" if quick else "45"))
@@ -266,7 +309,8 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
             results.append(r)
             print(f"bench pipeline: {nodes} offered → {r['throughput']:.0f} NodeState/s, regime latency "
                   f"p50 {r['p50']:.0f} ms, p99 {r['p99']:.0f} ms (features hop p50 {r['features_p50']:.0f}, "
-                  f"p99 {r['features_p99']:.0f}), cpu {r['cpu']}", file=sys.stderr, flush=True)
+                  f"p99 {r['features_p99']:.0f}); cpu % " + ", ".join(f"{k} {v:.0f}" for k, v in r["cpu"].items()),
+                  file=sys.stderr, flush=True)
             case = f"{nodes} nodes @1Hz"
             rows += [
                 {"bench": "pipeline", "case": case, "offered": nodes, "metric": "throughput",
@@ -285,7 +329,8 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
                  "value": 1.0 if r["sustained"] else 0.0, "unit": "bool"},
             ]
             rows += [{"bench": "pipeline", "case": f"{case} {svc}", "offered": nodes, "metric": "cpu_percent",
-                      "value": round(pct, 1), "unit": "% of one core"} for svc, pct in r["cpu"].items()]
+                      "value": round(pct, 1), "unit": "% of the machine" if svc == "machine" else "% of one core"}
+                     for svc, pct in r["cpu"].items()]
             rows.append({"bench": "pipeline", "case": case, "offered": nodes, "metric": "p99_within_target",
                          "value": 1.0 if r["within_target"] else 0.0, "unit": "bool"})
             if r["sustained"] and r["within_target"]:
@@ -299,10 +344,13 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
                      "value": float(ceiling), "unit": "NodeState/s"})
         rows.append({"bench": "pipeline", "case": f"ceiling (carried with p99<={TARGET_P99_MS:.0f}ms)",
                      "metric": "throughput", "value": float(ceiling_latency), "unit": "NodeState/s"})
-        at_target = next((r for r in results if r["nodes"] == TARGET_NODES), None)
-        met = at_target is not None and at_target["sustained"] and at_target["p99"] <= TARGET_P99_MS
-        rows.append({"bench": "pipeline", "case": f"target {TARGET_NODES} nodes @1Hz p99<={TARGET_P99_MS:.0f}ms",
-                     "offered": TARGET_NODES, "metric": "met", "value": 1.0 if met else 0.0, "unit": "bool"})
+        for target in (TARGET_NODES, STRETCH_NODES):
+            at_target = next((r for r in results if r["nodes"] == target), None)
+            if at_target is None and target != TARGET_NODES:
+                continue  # not offered in this run (--quick)
+            met = at_target is not None and at_target["sustained"] and at_target["p99"] <= TARGET_P99_MS
+            rows.append({"bench": "pipeline", "case": f"target {target} nodes @1Hz p99<={TARGET_P99_MS:.0f}ms",
+                         "offered": target, "metric": "met", "value": 1.0 if met else 0.0, "unit": "bool"})
     finally:
         for s in services:
             _stop(s)

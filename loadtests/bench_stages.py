@@ -82,6 +82,8 @@ FIRST_COMMIT_MIN_LEFT = 0.5
 """Time from the first commit only when at least this share of the input was still unconsumed then."""
 STAGE_LIMIT_S = 300.0
 """Longest a stage may take from spawn to having committed its whole input."""
+IDLE_BUSY_PERCENT = 25.0
+"""Warn when the machine is busier than this (all CPUs, over a second) before the bench starts."""
 PASSTHROUGH_TOPIC = "bench-stages-passthrough"
 BATCH_MAX = 2000
 """Records per fetched batch, as ``StreamSettings.batch_max``."""
@@ -393,6 +395,8 @@ def rows_of(pt: Drain, stages: list[Drain], produced: int | None) -> list[dict[s
 async def run_stages(bootstrap: str, *, records: int, nodes: int = NODES,
                      stages: tuple[str, ...] = STAGES) -> list[dict[str, Any]]:
     """Prefill, pass-through, then each stage alone (see the module docstring); the result rows."""
+    import psutil
+
     from contracts.models import NodeState
     from contracts.topics import TOPICS, TopicSpec
     from services.runtime.admin import create_topics
@@ -402,9 +406,10 @@ async def run_stages(bootstrap: str, *, records: int, nodes: int = NODES,
         raise ValueError(f"stages must include features and be among {STAGES}, got {stages}")
     nodes = max(1, min(nodes, records))
     seconds = max(1, round(records / nodes))
-    load1 = os.getloadavg()[0]
-    if load1 > 0.5 * (os.cpu_count() or 1):
-        _log(f"warning: load average {load1:.1f} on {os.cpu_count()} CPUs: the machine is not idle")
+    busy = await asyncio.to_thread(psutil.cpu_percent, 1.0)
+    if busy > IDLE_BUSY_PERCENT:
+        _log(f"warning: the machine is {busy:.0f} % busy before the bench ({os.cpu_count()} CPUs): the figures "
+             "will be low")
     prefix = f"bench{uuid.uuid4().hex[:8]}-"
     scratch = TopicSpec(name=PASSTHROUGH_TOPIC, key="node", model=NodeState, partitions=6)
     await create_topics(bootstrap, prefix=prefix, specs=(*TOPICS, scratch))

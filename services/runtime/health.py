@@ -13,7 +13,7 @@ ReadyCheck = Callable[[], bool]
 
 
 class HealthServer:
-    """/healthz (process alive), /readyz (all checks pass), /metrics (Prometheus)."""
+    """/healthz (process alive), /readyz (checks registered and all pass), /metrics (Prometheus)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host = host
@@ -48,7 +48,8 @@ class HealthServer:
 
     async def _readyz(self, _: web.Request) -> web.Response:
         results = {name: bool(check()) for name, check in self._checks.items()}
-        ok = all(results.values())
+        # every service registers its checks while it starts: none yet means not started yet
+        ok = bool(results) and all(results.values())
         return web.json_response({"ready": ok, "checks": results}, status=200 if ok else 503)
 
     async def _metrics(self, _: web.Request) -> web.Response:

@@ -149,10 +149,10 @@ def infer_rows(fn: Callable[[Any], Any], x: Any) -> tuple[list[Any | None], dict
         return all(bool(np.all(np.isfinite(np.asarray(v, dtype=np.float64)))) for v in value)
 
     try:
-        whole = fn(x)
-        rows = [tuple(np.asarray(part)[i] for part in whole) for i in range(len(x))]
-        if all(finite(r) for r in rows):
-            return list(rows), {}
+        whole = [np.asarray(part) for part in fn(x)]
+        # one vectorised check for the whole batch (the common case); rows only when it fails
+        if all(bool(np.all(np.isfinite(part.astype(np.float64, copy=False)))) for part in whole):
+            return [tuple(part[i] for part in whole) for i in range(len(x))], {}
     except Exception:  # fall through to row-by-row isolation
         log.debug("batch inference failed; isolating rows", exc_info=True)
     results: list[Any | None] = []

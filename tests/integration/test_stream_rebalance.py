@@ -10,7 +10,11 @@ and check the output against the offline state machine:
 * scale out and in: worker A alone, then A + B (the partitions split, B restores what A
   wrote), then B alone after A stops gracefully (SIGTERM; B restores A's partitions);
 * a hard kill: A and B share the partitions, A is SIGKILLed mid-stream and B takes its
-  partitions over once the group's session timeout expires, re-reading A's uncommitted input.
+  partitions over once the group's session timeout expires, re-reading A's uncommitted input;
+* both rebalances of the first test while NodeStates stream in, so batches are in flight
+  (fetched, being handled, being restored) at every hand-over. This is the sharp one: a
+  batch handled before its partitions' state was restored, or fetched for the new
+  assignment and then dropped, shows up here as changed or lost windows.
 
 Every offline window must be emitted, no other window, and every emission of a window
 (at-least-once: a window may be emitted again) must equal the offline one.
@@ -27,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from contracts import FeatureVector, decode
@@ -43,7 +48,7 @@ from tests.integration.test_stream_pipeline import (
     scenario,
     spawn,
     stop,
-    wait_ready,
+    trace_header,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -88,6 +93,34 @@ def workers(procs: list[ServiceProc]) -> Iterator[None]:
             stop(p)
 
 
+async def wait_assigned(services: tuple[ServiceProc, ...], timeout: float = 60.0) -> None:
+    """Wait until each worker's stream has partitions and their state restored.
+
+    Stricter than ``wait_ready``: /readyz answers 200 while no check is registered yet (the
+    features stream registers its check only once its sink is connected), so the stream's
+    own check must be in the answer, and true.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pending = list(services)
+    async with aiohttp.ClientSession() as http:
+        while pending:
+            for s in list(pending):
+                if s.proc.poll() is not None:
+                    raise AssertionError(f"{s.log.parent.name} exited with {s.proc.returncode}:\n{s.tail()}")
+                try:
+                    async with http.get(f"http://127.0.0.1:{s.port}/readyz",
+                                        timeout=aiohttp.ClientTimeout(1)) as r:
+                        body = await r.json()
+                    if r.status == 200 and body.get("checks", {}).get("features") is True:
+                        pending.remove(s)
+                except (aiohttp.ClientError, TimeoutError, ValueError):
+                    pass
+            if loop.time() > deadline:
+                raise AssertionError("not assigned: " + ", ".join(s.log.parent.name for s in pending))
+            await asyncio.sleep(0.1)
+
+
 async def committed_total(bootstrap: str, prefix: str) -> int:
     offsets = await committed_offsets(bootstrap, app_id("features", prefix), prefix + "nodestate.v1")
     return sum(offsets.values())
@@ -97,7 +130,6 @@ async def wait_committed(bootstrap: str, prefix: str, want: int, timeout: float,
     """Poll the group's committed offsets until they cover ``want`` NodeStates; returns the seconds waited."""
     loop = asyncio.get_running_loop()
     started = loop.time()
-    have = 0
     while (have := await committed_total(bootstrap, prefix)) < want:
         if loop.time() - started > timeout:
             committed = await committed_offsets(bootstrap, app_id("features", prefix), prefix + "nodestate.v1")
@@ -140,10 +172,29 @@ async def sample_outcomes(service: ServiceProc) -> dict[str, int]:
 
 async def paced(bootstrap: str, prefix: str, states: list[dict[str, Any]], start: int, end: int,
                 chunk: int = 200, pause_s: float = 0.05) -> None:
-    """Produce ``states[start:end]`` as a stream of small chunks (so a kill lands mid-stream)."""
-    for i in range(start, end, chunk):
-        await produce_states(bootstrap, prefix, states[i:min(i + chunk, end)], offset=i)
-        await asyncio.sleep(pause_s)
+    """Produce ``states[start:end]`` as a stream: ``chunk`` states, flushed, then ``pause_s`` of quiet."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, enable_idempotence=True)
+    await producer.start()
+    try:
+        for i in range(start, end):
+            state = states[i]
+            await producer.send(prefix + "nodestate.v1", key=state["node"].encode(), value=orjson.dumps(state),
+                                headers=trace_header(i))
+            if (i + 1 - start) % chunk == 0:
+                await producer.flush()
+                await asyncio.sleep(pause_s)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def wait_progress(bootstrap: str, prefix: str, at_least: int, timeout: float, what: str) -> None:
+    """Wait until the group has committed ``at_least`` NodeStates (a point in a running stream)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (have := await committed_total(bootstrap, prefix)) < at_least:
+        assert loop.time() < deadline, f"{what}: {have}/{at_least} NodeStates committed after {timeout:.0f}s"
+        await asyncio.sleep(0.05)
 
 
 def input_partition(node: str) -> int:
@@ -194,7 +245,7 @@ async def test_scale_out_and_in_loses_and_changes_no_window(kafka_bootstrap: str
     with workers(procs):
         a = worker("a", kafka_bootstrap, topic_prefix, tmp_path)
         procs.append(a)
-        await wait_ready((a,))
+        await wait_assigned((a,))
         await produce_states(kafka_bootstrap, topic_prefix, sc.states[:cut1])
         t1 = await wait_committed(kafka_bootstrap, topic_prefix, cut1, 30, "A alone")
 
@@ -202,7 +253,7 @@ async def test_scale_out_and_in_loses_and_changes_no_window(kafka_bootstrap: str
         b = worker("b", kafka_bootstrap, topic_prefix, tmp_path)
         procs.append(b)
         t = time.monotonic()
-        await wait_ready((b,))
+        await wait_assigned((b,))
         join_s = time.monotonic() - t
         a_before, b_before = await consumed(a, topic_prefix), await consumed(b, topic_prefix)
         await produce_states(kafka_bootstrap, topic_prefix, sc.states[cut1:cut2], offset=cut1)
@@ -243,17 +294,14 @@ async def test_hard_kill_survivor_takes_over_without_losing_windows(kafka_bootst
         a = worker("a", kafka_bootstrap, topic_prefix, tmp_path)
         b = worker("b", kafka_bootstrap, topic_prefix, tmp_path)
         procs += [a, b]
-        await wait_ready((a, b))
+        await wait_assigned((a, b))
         await produce_states(kafka_bootstrap, topic_prefix, sc.states[:half])
         await wait_committed(kafka_bootstrap, topic_prefix, half, 40, "A + B")
         assert await consumed(a, topic_prefix) > 0 and await consumed(b, topic_prefix) > 0, "partitions not split"
 
         # SIGKILL A mid-stream: the next quarter streams in paced, A dies once the group committed part of it
         producing = asyncio.create_task(paced(kafka_bootstrap, topic_prefix, sc.states, half, rest))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        while (committed := await committed_total(kafka_bootstrap, topic_prefix)) < half + 600:
-            assert loop.time() < deadline, f"the 3rd quarter is not being committed ({committed})"
+        await wait_progress(kafka_bootstrap, topic_prefix, half + 600, 30, "3rd quarter")
         a_consumed = await consumed(a, topic_prefix)
         a.proc.kill()
         a.proc.wait(5)
@@ -273,4 +321,46 @@ async def test_hard_kill_survivor_takes_over_without_losing_windows(kafka_bootst
               f"group committed {at_kill} of {produced_at_kill} produced; B committed all {n} "
               f"{takeover_s:.1f}s after the kill (session timeout 6 s); B's samples {outcomes}")
         await check_windows(kafka_bootstrap, topic_prefix, expected, "hard kill")
+    print(f"test took {time.monotonic() - started:.1f}s")
+
+
+async def test_rebalances_while_streaming_lose_and_change_no_window(kafka_bootstrap: str, topic_prefix: str,
+                                                                    tmp_path: Path) -> None:
+    """B joins and A leaves (SIGTERM) while NodeStates stream in: hand-overs with batches in flight."""
+    sc = scenario(nodes=40, ticks=240, seed=41)
+    expected = offline_windows(sc.states)
+    n = len(sc.states)
+    procs: list[ServiceProc] = []
+    started = time.monotonic()
+    with workers(procs):
+        a = worker("a", kafka_bootstrap, topic_prefix, tmp_path)
+        procs.append(a)
+        await wait_assigned((a,))
+        producing = asyncio.create_task(paced(kafka_bootstrap, topic_prefix, sc.states, 0, n, chunk=100,
+                                              pause_s=0.08))
+        try:
+            await wait_progress(kafka_bootstrap, topic_prefix, n // 6, 30, "A alone")
+            b = worker("b", kafka_bootstrap, topic_prefix, tmp_path)
+            procs.append(b)
+            await wait_assigned((b,))
+            joined_at = await committed_total(kafka_bootstrap, topic_prefix)
+            await wait_progress(kafka_bootstrap, topic_prefix, joined_at + n // 6, 30, "A + B")
+            a_share = await consumed(a, topic_prefix)
+            stop(a)
+            assert a.proc.returncode == 0, f"A did not stop cleanly (exit {a.proc.returncode}):\n{a.tail()}"
+            left_at = await committed_total(kafka_bootstrap, topic_prefix)
+            streaming = not producing.done()
+        finally:
+            await producing
+        await wait_committed(kafka_bootstrap, topic_prefix, n, 40, "B alone")
+        b_share = await consumed(b, topic_prefix)
+        outcomes = await sample_outcomes(b)
+        stop(b)
+        assert b.proc.returncode == 0, f"B did not stop cleanly (exit {b.proc.returncode}):\n{b.tail()}"
+        print(f"\n{n} NodeStates streamed: B joined at {joined_at} committed, A left at {left_at} "
+              f"(stream still running: {streaming}); A consumed {a_share} (before its SIGTERM), B {b_share}; "
+              f"B's samples {outcomes}")
+        await check_windows(kafka_bootstrap, topic_prefix, expected, "rebalances while streaming")
+        assert streaming, "the stream ended before A left: lengthen it (pause_s) so both hand-overs happen under load"
+        assert a_share > 0 and b_share > 0, f"A consumed {a_share}, B {b_share}: the partitions never moved"
     print(f"test took {time.monotonic() - started:.1f}s")
