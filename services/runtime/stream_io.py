@@ -40,6 +40,11 @@ class Sink:
             acks="all",
             linger_ms=linger_ms,
             max_batch_size=262_144,
+            # a batch whose partition has no known leader fails after this long even with
+            # idempotence; a broker restart with many topics can take tens of seconds to elect
+            # them all, and the stream then waits (its commit waits for this flush) instead of
+            # failing the flush and stopping
+            request_timeout_ms=120_000,
         )
         self._pending: list[asyncio.Future[Any]] = []
         self.dead_lettered = 0

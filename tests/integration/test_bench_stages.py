@@ -64,7 +64,8 @@ async def test_stages_bench_drains_every_input_and_reports_the_shared_format(kaf
     assert ceiling > 0 and by["passthrough", "cpu_per_msg"]["value"] > 0
     for case in cases[1:]:
         throughput = by[case, "throughput"]["value"]
-        assert throughput > 0 and by[case, "cpu_per_msg"]["value"] > 0
+        # CPU time has 10 ms resolution: a stage draining a few hundred records can read 0
+        assert throughput > 0 and by[case, "cpu_per_msg"]["value"] >= 0
         assert by[case, "throughput"]["unit"] == "msg/s" and by[case, "cpu_per_msg"]["unit"] == "µs"
         ratio = by[case, "vs_passthrough"]
         assert ratio["unit"] == "ratio" and ratio["value"] == pytest.approx(throughput / ceiling, abs=1e-4)
