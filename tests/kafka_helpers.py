@@ -77,3 +77,43 @@ async def drain(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
     finally:
         await consumer.stop()
     return records
+
+
+async def wait_until_serving(bootstrap: str, partitions: int = 6, timeout: float = 120.0) -> float:
+    """After a broker restart: wait until a NEW topic takes a write on every partition.
+
+    A restarted broker answers metadata before it serves every new partition; a test that
+    creates topics right then can see partitions without a leader for a long time (seen
+    after test_stack_kafka's restart). Returns the seconds it took; fails after ``timeout``.
+    """
+    import uuid
+
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import KafkaError
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    topic = f"probe-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        last: Exception | None = None
+        while loop.time() - started < timeout:
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=5000)
+            try:
+                await producer.start()
+                for p in range(partitions):
+                    await asyncio.wait_for(producer.send_and_wait(topic, b"probe", partition=p), 10)
+                return loop.time() - started
+            except (KafkaError, TimeoutError) as exc:
+                last = exc
+                await asyncio.sleep(1.0)
+            finally:
+                await producer.stop()
+        raise AssertionError(f"broker did not serve a new {partitions}-partition topic within {timeout:.0f}s: {last!r}")
+    finally:
+        try:
+            await admin.delete_topics([topic])
+        finally:
+            await admin.close()
