@@ -8,9 +8,11 @@ changelog partition ``p`` from the beginning to its end (tombstones delete a key
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewTopic
@@ -48,9 +50,29 @@ async def ensure_changelog(bootstrap: str, topic: str, partitions: int, replicat
                                                 replication_factor=replication, topic_configs=CHANGELOG_CONFIG)])
         except TopicAlreadyExistsError:
             return False
+        await _wait_for_leaders(admin, topic, partitions)
         return True
     finally:
         await admin.close()
+
+
+async def _wait_for_leaders(admin: Any, topic: str, partitions: int, limit_s: float = 30.0) -> None:
+    """Return once every partition of a just-created topic has a leader.
+
+    The restore consumer reads the changelog right after it is created; asking a new
+    partition for offsets before its leader is elected left an aiokafka client spinning on
+    metadata requests (seen in tests: the processor stalled), so the worker waits here instead.
+    """
+    deadline = time.monotonic() + limit_s
+    while True:
+        described = await admin.describe_topics([topic])
+        led = [p for p in (described[0].get("partitions", ()) if described else ()) if p.get("leader", -1) >= 0]
+        if len(led) >= partitions:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"changelog topic {topic}: {len(led)} of {partitions} partitions have a leader "
+                               f"after {limit_s:.0f}s")
+        await asyncio.sleep(0.1)
 
 
 async def read_changelog(bootstrap: str, topic: str, partitions: Iterable[int]) -> dict[int, dict[bytes, bytes]]:
