@@ -17,7 +17,7 @@ from services.regime.settings import RegimeSettings
 from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
 from services.runtime.model_watch import ModelRefusedError, ModelWatcher
-from services.runtime.service import run_service
+from services.runtime.service import serve_main
 from services.runtime.stream_io import Sink
 
 log = logging.getLogger(__name__)
@@ -26,24 +26,13 @@ log = logging.getLogger(__name__)
 async def body(settings: RegimeSettings, stop: asyncio.Event, health: HealthServer) -> None:
     models: ModelWatcher[RegimeModel] = ModelWatcher("regime", settings.model_dir, load_regime_model,
                                                      poll_s=settings.model_poll_s)
-    sink = Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix)
-    await sink.start()
-    try:
+    async with Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix) as sink:
         processor = RegimeProcessor(settings, sink, models)
         await run_stream(processor.stream, stop, health, tasks=(models.run,))
-    finally:
-        await sink.stop()
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    try:
-        return run_service(SERVICE, RegimeSettings, body)
-    except ModelRefusedError as exc:
-        print(f"regime: model refused: {exc}", file=sys.stderr)
-        return 2
+    return serve_main(SERVICE, __doc__, RegimeSettings, body, argv, refused=ModelRefusedError)
 
 
 if __name__ == "__main__":

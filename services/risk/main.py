@@ -20,7 +20,7 @@ from services.risk.state import RiskState
 from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
 from services.runtime.model_watch import ModelRefusedError, ModelWatcher
-from services.runtime.service import run_service
+from services.runtime.service import serve_main
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import app_id
 
@@ -33,24 +33,13 @@ async def body(settings: RiskSettings, stop: asyncio.Event, health: HealthServer
     if settings.rebuild_history:
         await rebuild_history(settings.kafka_bootstrap, app_id(SERVICE, settings.topic_prefix),
                               settings.topic(TASK_TOPIC), state)
-    sink = Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix)
-    await sink.start()
-    try:
+    async with Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix) as sink:
         processor = RiskProcessor(settings, sink, models, state)
         await run_stream(processor.stream, stop, health, tasks=(models.run, processor.rescore_loop))
-    finally:
-        await sink.stop()
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    try:
-        return run_service(SERVICE, RiskSettings, body)
-    except ModelRefusedError as exc:
-        print(f"risk: model refused: {exc}", file=sys.stderr)
-        return 2
+    return serve_main(SERVICE, __doc__, RiskSettings, body, argv, refused=ModelRefusedError)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -58,3 +59,18 @@ def run_service(name: str, settings_cls: type[S], body: ServiceBody[S]) -> int:
         shutdown_tracing()
     log.info("stopped")
     return 0
+
+
+def serve_main(name: str, doc: str | None, settings_cls: type[S], body: ServiceBody[S], argv: list[str],
+               refused: type[Exception] | None = None) -> int:
+    """A service's ``main(argv)``: ``-h`` prints its doc; a ``refused`` error at start-up exits 2 with its message."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(doc)
+        return 0
+    if refused is None:
+        return run_service(name, settings_cls, body)
+    try:
+        return run_service(name, settings_cls, body)
+    except refused as exc:
+        print(f"{name}: model refused: {exc}", file=sys.stderr)
+        return 2

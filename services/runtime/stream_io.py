@@ -59,6 +59,13 @@ class Sink:
         finally:
             await self._producer.stop()
 
+    async def __aenter__(self) -> Sink:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     def topic(self, base: str) -> str:
         return f"{self.prefix}{base}"
 
