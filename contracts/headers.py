@@ -2,22 +2,54 @@
 
 aiokafka represents headers as a sequence of (str, bytes) pairs; these helpers
 are the one place that reads or writes them.
+
+:func:`extract_trace` and :func:`build_headers` run once per message in every stream
+stage, so the common case (one well-formed version-00 ``traceparent``, no ``tracestate``,
+the default W3C propagators) is parsed and formatted here directly; anything else goes
+through OpenTelemetry's propagator exactly as before. The result is the same either way
+(``tests/unit/test_trace_fastpath.py`` checks it against the propagator).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from opentelemetry import context as otel_context
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.propagate import get_global_textmap
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.propagators.textmap import TextMapPropagator
+from opentelemetry.trace import (
+    DEFAULT_TRACE_STATE,
+    INVALID_SPAN_CONTEXT,
+    NonRecordingSpan,
+    SpanContext,
+    TraceFlags,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 Headers = list[tuple[str, bytes]]
 CONTENT_TYPE = "application/json"
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
+_TRACE_HEADERS = (TRACEPARENT, TRACESTATE)
 
 _W3C = TraceContextTextMapPropagator()
+
+# A traceparent the fast path takes: version 00, lowercase hex, nothing around it. Anything
+# else (other versions, padding, suffixes, upper case) is left to the propagator's own rules.
+_TRACEPARENT_00 = re.compile(rb"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+# The 256 possible flag bytes -> TraceFlags, instead of int() + TraceFlags() per message.
+_TRACE_FLAGS: dict[bytes, TraceFlags] = {b"%02x" % i: TraceFlags(i) for i in range(256)}
+# Header pairs that never change: built once instead of per message.
+_CONTENT_TYPE_HEADER: tuple[str, bytes] = ("content-type", CONTENT_TYPE.encode())
+_SCHEMA_HEADERS: dict[str, tuple[str, bytes]] = {}
+_SCHEMA_CACHE_MAX = 1024  # schema names are a handful of topics; a bound keeps a misuse from growing it
+# The global propagator last found to be plain W3C trace context (+ baggage); see _w3c_global.
+_verified_textmap: TextMapPropagator | None = None
 
 
 def header(headers: Iterable[tuple[str, bytes]] | None, name: str) -> str | None:
@@ -33,20 +65,103 @@ def inject_trace(carrier: dict[str, str], ctx: otel_context.Context | None = Non
     _W3C.inject(carrier, context=ctx)
 
 
-def extract_trace(headers: Iterable[tuple[str, bytes]] | None) -> otel_context.Context:
-    """An OpenTelemetry context continuing the trace in the headers (empty when absent)."""
+def _is_w3c_only(textmap: TextMapPropagator) -> bool:
+    """True when ``textmap`` extracts exactly what TraceContextTextMapPropagator does from a
+    carrier holding only traceparent: trace context alone, or first in a composite whose other
+    members are W3C trace context or baggage (baggage leaves a carrier without ``baggage``
+    alone). Any other set-up (B3, Jaeger, custom, baggage first) keeps the propagator path."""
+    if type(textmap) is TraceContextTextMapPropagator:
+        return True
+    if type(textmap) is not CompositePropagator:
+        return False
+    members = getattr(textmap, "_propagators", None)  # read only; unknown layout -> slow path
+    if not isinstance(members, (list, tuple)) or not members:
+        return False
+    if type(members[0]) is not TraceContextTextMapPropagator:
+        return False
+    return all(type(m) in (TraceContextTextMapPropagator, W3CBaggagePropagator) for m in members)
+
+
+def _w3c_global() -> bool:
+    """Whether the global propagator may be bypassed; re-checked whenever it is replaced."""
+    global _verified_textmap
+    textmap = get_global_textmap()
+    if textmap is _verified_textmap:
+        return True
+    if _is_w3c_only(textmap):
+        _verified_textmap = textmap
+        return True
+    return False
+
+
+def _extract_with_propagator(headers: Iterable[tuple[str, bytes]]) -> otel_context.Context:
+    """The general path (the original implementation): every case the fast path declines."""
     carrier: dict[str, str] = {}
-    for key, value in headers or ():
+    for key, value in headers:
         if key in (TRACEPARENT, TRACESTATE) and value is not None:
             carrier[key] = value.decode("ascii", errors="replace")
     return get_global_textmap().extract(carrier) if carrier else otel_context.Context()
 
 
+def extract_trace(headers: Iterable[tuple[str, bytes]] | None) -> otel_context.Context:
+    """An OpenTelemetry context continuing the trace in the headers (empty when absent)."""
+    if not headers:
+        return otel_context.Context()
+    # A one-shot iterable could not be scanned twice (fast scan, then the general path).
+    items = headers if isinstance(headers, (list, tuple)) else list(headers)
+    traceparent: bytes | None = None
+    for key, value in items:
+        if key in _TRACE_HEADERS and value is not None:
+            # tracestate or a non-bytes value: the general path decides (tracestate parsing, the
+            # same decode errors as before). A repeated traceparent: the last one wins, as before.
+            if key != TRACEPARENT or value.__class__ is not bytes:
+                return _extract_with_propagator(items)
+            traceparent = value
+    if traceparent is None:
+        return otel_context.Context()
+    match = _TRACEPARENT_00.fullmatch(traceparent)
+    if match is None or not _w3c_global():
+        # The carrier the general path would build: this (last) traceparent and nothing else.
+        return get_global_textmap().extract({TRACEPARENT: traceparent.decode("ascii", errors="replace")})
+    trace_id = int(match[1], 16)
+    span_id = int(match[2], 16)
+    if not trace_id or not span_id:  # all-zero ids are invalid: the propagator returns an empty context
+        return get_global_textmap().extract({TRACEPARENT: traceparent.decode("ascii", errors="replace")})
+    # What TraceContextTextMapPropagator.extract builds for this header: remote, no tracestate.
+    # (Positional arguments: measurably cheaper than keywords here.)
+    span_context = SpanContext(trace_id, span_id, True, _TRACE_FLAGS[match[3]], None)
+    return set_span_in_context(NonRecordingSpan(span_context), otel_context.Context())
+
+
+def _schema_header(schema: str) -> tuple[str, bytes]:
+    pair = _SCHEMA_HEADERS.get(schema) if type(schema) is str else None
+    if pair is None:
+        pair = ("schema", schema.encode())  # a non-str fails here exactly as before
+        if type(schema) is str and len(_SCHEMA_HEADERS) < _SCHEMA_CACHE_MAX:
+            _SCHEMA_HEADERS[schema] = pair
+    return pair
+
+
 def build_headers(schema: str, ctx: otel_context.Context | None = None) -> Headers:
     """Headers for one outgoing message: content-type, schema and the current trace context."""
+    span_context = get_current_span(ctx).get_span_context()
+    if span_context is INVALID_SPAN_CONTEXT:  # no span: the propagator would write nothing
+        return [_CONTENT_TYPE_HEADER, _schema_header(schema)]
+    if span_context.__class__ is SpanContext:
+        # One unpack of the (declared) tuple instead of five property calls; the exact-class
+        # check keeps a subclass or another layout on the propagator path.
+        trace_id, span_id, _remote, flags, state, valid = span_context
+        # A valid context is formatted as TraceContextTextMapPropagator.inject does (valid
+        # implies 0 < ids <= max); plain ints only, so the bytes cannot differ.
+        if valid and type(trace_id) is int and type(span_id) is int and type(flags) in (TraceFlags, int):
+            out: Headers = [_CONTENT_TYPE_HEADER, _schema_header(schema),
+                            (TRACEPARENT, b"00-%032x-%016x-%02x" % (trace_id, span_id, flags))]
+            if state is not DEFAULT_TRACE_STATE and state:  # after traceparent, as the propagator does
+                out.append((TRACESTATE, state.to_header().encode("ascii")))
+            return out
     carrier: dict[str, str] = {}
     inject_trace(carrier, ctx)
-    out: Headers = [("content-type", CONTENT_TYPE.encode()), ("schema", schema.encode())]
+    out = [_CONTENT_TYPE_HEADER, _schema_header(schema)]
     out.extend((k, v.encode("ascii")) for k, v in carrier.items())
     return out
 

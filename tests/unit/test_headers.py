@@ -27,3 +27,22 @@ def test_missing_traceparent_gives_empty_context() -> None:
     assert trace_id_of(headers) is None
     assert not trace.get_current_span(extract_trace(headers)).get_span_context().is_valid
     assert trace_id_of([("traceparent", b"garbage")]) is None
+
+
+def test_tracestate_is_carried_to_the_child_span_and_its_output() -> None:
+    tracer = TracerProvider().get_tracer("test")
+    parent = extract_trace([("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                            ("tracestate", b"rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")])
+    with tracer.start_as_current_span("child", context=parent) as span:
+        headers = build_headers("regimes.v1")
+    assert header(headers, "tracestate") == "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+    span_id = span.get_span_context().span_id
+    assert header(headers, "traceparent") == f"00-0af7651916cd43dd8448eb211c80319c-{span_id:016x}-01"
+
+
+def test_build_headers_is_a_fresh_list_of_bytes_values() -> None:
+    first = build_headers("features.v1")
+    first.append(("x", b"y"))
+    second = build_headers("features.v1")
+    assert second == [("content-type", b"application/json"), ("schema", b"features.v1")]
+    assert build_headers("schéma")[1] == ("schema", "schéma".encode())
