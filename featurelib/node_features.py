@@ -553,9 +553,9 @@ class NodeWindows:
 
     ``write_through=True`` (offline) writes the records on every ``observe``;
     ``write_through=False`` (the features service) only marks them dirty, and
-    :meth:`checkpoint` hands the dirty records to a writer — once per offset commit
-    instead of once per sample. Either way a closed pane is written before its node's
-    open-pane record, so any prefix of the writes (what a changelog restores after a
+    :meth:`checkpoint` / :meth:`write_nodes` hand the dirty records to a writer — once per
+    offset commit instead of once per sample. Either way a closed pane is written before its
+    node's open-pane record, so any prefix of the writes (what a changelog restores after a
     crash) is a consistent state.
     """
 
@@ -569,8 +569,8 @@ class NodeWindows:
         self.write_through = write_through
         self._phase: dict[str, int] = {}
         self._nodes: dict[str, _NodeState] = {}
-        self._dirty_panes: dict[tuple[str, int], None] = {}
-        self._dirty_nodes: dict[str, None] = {}
+        self._dirty: dict[str, list[int]] = {}
+        """Nodes changed since they were last written, with the ring slots of panes they closed."""
 
     def phase(self, node: str) -> int:
         p = self._phase.get(node)
@@ -744,8 +744,8 @@ class NodeWindows:
             del st.emits[:-REPLAY_PANES]
         if self.write_through:
             self.store.put(node, self._open_record(st))
-        else:
-            self._dirty_nodes[node] = None
+        elif node not in self._dirty:
+            self._dirty[node] = []
         return "accepted", windows
 
     def _close(self, node: str, st: _NodeState, agg: PaneAgg) -> _Pending:
@@ -755,7 +755,7 @@ class NodeWindows:
         if self.write_through:
             self.store.put(pane_key(node, agg.index), self._pane_record(st, slot))
         else:
-            self._dirty_panes[(node, slot)] = None
+            self._dirty.setdefault(node, []).append(slot)
         pending = self._gather(node, agg.index)
         assert pending is not None  # agg has samples
         return pending
@@ -764,24 +764,37 @@ class NodeWindows:
     @property
     def dirty(self) -> int:
         """Records a checkpoint would write now."""
-        return len(self._dirty_panes) + len(self._dirty_nodes)
+        return sum(len(set(slots)) + 1 for slots in self._dirty.values())
 
-    def checkpoint(self, write: Callable[[str, str, bytes], None]) -> int:
-        """Hand every record changed since the last checkpoint to ``write(node, key, value)``.
+    def dirty_nodes(self) -> list[str]:
+        """The nodes changed since they were last written (a snapshot, for :meth:`write_nodes`)."""
+        return list(self._dirty)
 
-        Closed panes first, then open panes, so any prefix of what ``write`` persisted is a
-        consistent state. Returns the number of records.
+    def write_nodes(self, nodes: Sequence[str], write: Callable[[str, str, bytes], None]) -> int:
+        """Hand the changed records of ``nodes`` to ``write(node, key, value)``; the number written.
+
+        Per node, the panes it closed come before its open pane, so every prefix of what
+        ``write`` persisted is a consistent state (an open pane never names a closed pane the
+        store lacks). The records are the state *now*: a node written after more samples
+        arrived is written newer, never older. Nodes no longer dirty (or forgotten) are
+        skipped, so a caller may write a snapshot of :meth:`dirty_nodes` in slices while
+        samples keep arriving.
         """
         count = 0
-        for node, slot in self._dirty_panes:
-            write(node, f"{node}|{slot}", self._pane_record(self._nodes[node], slot))
-            count += 1
-        for node in self._dirty_nodes:
-            write(node, node, self._open_record(self._nodes[node]))
-            count += 1
-        self._dirty_panes.clear()
-        self._dirty_nodes.clear()
+        for node in nodes:
+            slots = self._dirty.pop(node, None)
+            st = self._nodes.get(node)
+            if slots is None or st is None:
+                continue
+            for slot in dict.fromkeys(slots):
+                write(node, f"{node}|{slot}", self._pane_record(st, slot))
+            write(node, node, self._open_record(st))
+            count += len(set(slots)) + 1
         return count
+
+    def checkpoint(self, write: Callable[[str, str, bytes], None]) -> int:
+        """Hand every record changed since the last checkpoint to ``write`` (see :meth:`write_nodes`)."""
+        return self.write_nodes(self.dirty_nodes(), write)
 
     def forget(self, nodes: set[str]) -> None:
         """Drop the in-memory state of ``nodes`` (their partitions moved to another worker).
@@ -790,9 +803,7 @@ class NodeWindows:
         """
         for node in nodes:
             self._nodes.pop(node, None)
-            self._dirty_nodes.pop(node, None)
-        for key in [k for k in self._dirty_panes if k[0] in nodes]:
-            del self._dirty_panes[key]
+            self._dirty.pop(node, None)
 
     def __len__(self) -> int:
         return len(self._nodes)

@@ -14,6 +14,7 @@ computed in one numpy pass.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -38,6 +39,8 @@ WINDOW_S = 10
 """FeatureVector.window_s: the hop and shortest window (60 s and 300 s stats are named features)."""
 SAMPLES = Counter("borg_features_samples_total", "NodeState samples by outcome", ["outcome"])
 STATE_NODES = Gauge("borg_features_state_nodes", "Nodes whose window state this worker holds")
+CHECKPOINT_SLICE = 500
+"""Nodes written per slice of a checkpoint (~7 ms of CPU) before the batch loop gets a turn."""
 CHECKPOINT_RECORDS = Counter("borg_features_checkpoint_records_total", "State records written to the changelog")
 
 
@@ -98,16 +101,27 @@ class WindowState:
         STATE_NODES.set(len(self.windows))
 
     async def checkpoint(self) -> None:
-        records: list[tuple[int, bytes, bytes]] = []
+        """Write every node changed so far, ``CHECKPOINT_SLICE`` nodes at a time.
+
+        Between slices the batch loop runs (a checkpoint of 10,000 nodes costs ~130 ms of
+        CPU; in one piece it held up every record behind it). Nodes written later in the
+        round are written with newer state, which a restore tolerates (``NodeWindows``
+        drops samples it already holds).
+        """
         node_partition = self.node_partition
+        records: list[tuple[int, bytes, bytes]] = []
 
         def write(node: str, key: str, value: bytes) -> None:
             records.append((node_partition[node], key.encode(), value))
 
-        self.windows.checkpoint(write)
-        if records:
-            await self.sink.changelog_many(self.topic, records)
-            CHECKPOINT_RECORDS.inc(len(records))
+        nodes = self.windows.dirty_nodes()
+        for start in range(0, len(nodes), CHECKPOINT_SLICE):
+            self.windows.write_nodes(nodes[start:start + CHECKPOINT_SLICE], write)
+            if records:
+                await self.sink.changelog_many(self.topic, records[:])
+                CHECKPOINT_RECORDS.inc(len(records))
+                records.clear()
+            await asyncio.sleep(0)
         STATE_NODES.set(len(self.windows))
 
 

@@ -15,3 +15,9 @@ PROCESSING_SECONDS = Histogram(
 )
 CONSUMER_LAG = Gauge("borg_consumer_lag", "High-water mark minus position", ["topic", "partition"])
 SPOOL_DROPPED = Counter("borg_spool_dropped_total", "Samples dropped because the local spool was full")
+COMMIT_SECONDS = Histogram(
+    "borg_stream_commit_seconds",
+    "One commit round of a stream processor: state checkpoint plus waiting for the broker's acks",
+    ["service"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0),
+)

@@ -122,10 +122,15 @@ class Sink:
         log.warning("dead-lettered %s[%d]@%d (%s): %s", msg.topic, msg.partition, msg.offset, kind, error[:300])
 
     async def flush(self) -> None:
-        """Wait until everything sent so far is acknowledged by the broker (raises on failure)."""
-        pending, self._pending = self._pending, []
-        if pending:
-            await asyncio.gather(*pending)
+        """Wait until everything sent so far is acknowledged by the broker (raises on failure).
+
+        Safe to call from concurrent tasks (the stream's committer and its batch loop): each
+        call waits for *every* send made before it, not only for the ones no other flush took.
+        """
+        if not self._pending:
+            return
+        await asyncio.gather(*list(self._pending))
+        self._pending = [f for f in self._pending if not f.done()]
 
 
 def decode_event(model: type[Contract], event: Any) -> Contract:

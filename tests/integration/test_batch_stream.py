@@ -121,3 +121,88 @@ async def test_a_worker_that_cannot_restore_its_state_stops(kafka_bootstrap: str
         assert not counter.stream.is_ready()
     finally:
         await sink.stop()
+
+
+class _SlowCheckpoint(ChangelogState):
+    """A checkpoint that takes seconds (a large state written in slices, a slow broker)."""
+
+    def __init__(self, *args: object, gate: asyncio.Event, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.gate = gate
+        self.rounds = 0
+
+    async def checkpoint(self) -> None:
+        self.rounds += 1
+        if self.rounds == 1:
+            await self.gate.wait()
+        await super().checkpoint()
+
+
+async def test_batches_go_on_while_a_commit_round_waits(kafka_bootstrap: str, topic_prefix: str) -> None:
+    """A commit round notes positions between batches, then checkpoints beside the batch loop.
+
+    While the first round's checkpoint is held, later input is still handled, and no offset
+    is committed; once it is released the round commits what it noted, and the next rounds
+    commit the rest.
+    """
+    keys = [f"k{i}" for i in range(12)]
+    sink = Sink(bootstrap=kafka_bootstrap, service=SERVICE, topic_prefix=topic_prefix)
+    await sink.start()
+    stop = asyncio.Event()
+    gate = asyncio.Event()
+    try:
+        first = await _produce(kafka_bootstrap, topic_prefix + TOPIC, keys, 1)
+        counter = _Counter(kafka_bootstrap, topic_prefix, sink)
+        slow = _SlowCheckpoint(bootstrap=kafka_bootstrap, topic=counter.state.topic, sink=sink, gate=gate)
+        counter.state = slow
+        counter.stream.state = [slow]
+        task = asyncio.create_task(counter.stream.run(stop))
+        await wait_until(lambda: slow.rounds == 1, timeout=60, interval=0.05, what="the first commit round")
+        more = await _produce(kafka_bootstrap, topic_prefix + TOPIC, keys, 3)
+        await wait_until(lambda: counter.handled == first + more, timeout=30, interval=0.05,
+                         what="input handled while the commit round waits")
+        done = await committed_offsets(kafka_bootstrap, counter.stream.group, topic_prefix + TOPIC)
+        assert sum(done.values()) == 0, "offsets committed before the state they depend on was written"
+        gate.set()
+
+        async def all_committed() -> bool:
+            offsets = await committed_offsets(kafka_bootstrap, counter.stream.group, topic_prefix + TOPIC)
+            return sum(offsets.values()) == first + more
+
+        await wait_until(all_committed, timeout=30, interval=0.2, what="every record committed")
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        changelog = await read_changelog(kafka_bootstrap, slow.topic, range(6))
+        merged = {k.decode(): int(v) for part in changelog.values() for k, v in part.items()}
+        assert merged == dict.fromkeys(keys, 4)
+    finally:
+        stop.set()
+        gate.set()
+        await sink.stop()
+
+
+class _RefusingSink(Sink):
+    """The broker refuses what the processor wrote (e.g. an authorisation or size error)."""
+
+    refuse = True
+
+    async def flush(self) -> None:
+        if self.refuse:
+            raise OSError("produce refused (injected)")
+        await super().flush()
+
+
+async def test_a_failed_commit_round_stops_the_worker(kafka_bootstrap: str, topic_prefix: str) -> None:
+    sink = _RefusingSink(bootstrap=kafka_bootstrap, service=SERVICE, topic_prefix=topic_prefix)
+    await sink.start()
+    try:
+        await _produce(kafka_bootstrap, topic_prefix + TOPIC, ["a", "b"], 1)
+        counter = _Counter(kafka_bootstrap, topic_prefix, sink)
+        with pytest.raises(RuntimeError, match="commit failed") as caught:
+            await asyncio.wait_for(counter.stream.run(asyncio.Event()), 60)
+        assert isinstance(caught.value.__cause__, OSError)
+        done = await committed_offsets(kafka_bootstrap, counter.stream.group, topic_prefix + TOPIC)
+        assert sum(done.values()) == 0, "offsets committed although the outputs were refused"
+    finally:
+        sink.refuse = False
+        await sink.stop()

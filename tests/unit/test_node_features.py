@@ -400,6 +400,69 @@ def test_checkpoint_restore_and_replay_lose_nothing() -> None:
     assert got == expected
 
 
+@pytest.mark.parametrize("crash_after", [205, 333, 452, 611])
+def test_sliced_checkpoints_beside_new_samples_lose_nothing(crash_after: int) -> None:
+    """The service's commit round: positions noted, then state written in slices while batches go on.
+
+    What is durable is newer than the committed positions (nodes written later in a round
+    carry samples after the note); a crash can also cut a round between slices. Replaying
+    from the last completed round's note must still give every window, identically.
+    """
+    samples = _sim_samples(nodes=6, ticks=120, seed=11)
+    expected = _by_key(features_for_stream(samples))
+    changelog = DictStore()
+    machine = NodeWindows(DictStore(), write_through=False)
+    emitted: list[Window] = []
+    committed = 0
+    i = 0
+
+    def observe(n: int) -> None:
+        nonlocal i, emitted
+        for outcome in machine.observe_many(samples[i:min(i + n, crash_after)]):
+            emitted += outcome.windows
+        i = min(i + n, crash_after)
+
+    while i < crash_after:
+        observe(50)
+        noted, nodes = i, machine.dirty_nodes()
+        assert nodes
+        for k in range(0, len(nodes), 2):
+            if i >= crash_after:
+                break  # crashed mid-round: some slices written, the round never committed
+            machine.write_nodes(nodes[k:k + 2], lambda _node, key, value: changelog.put(key, value))
+            observe(7)
+        else:
+            committed = noted
+    assert 0 < committed < crash_after
+    # outputs after the last commit may be lost with the crash; durable state is what was written
+    emitted = [w for w in emitted if w.input_ts_ms <= samples[committed - 1].input_ts_ms]
+    restored = NodeWindows(changelog, write_through=False)
+    for outcome in restored.observe_many(samples[committed:]):
+        emitted += outcome.windows
+    got: dict[tuple[str, int], tuple[Any, ...]] = {}
+    for w in emitted:
+        value = (tuple(w.values), tuple(w.valid), w.samples)
+        assert got.setdefault((w.node, w.ts_ms), value) == value, "a re-emitted window differs"
+    assert got == expected
+
+
+def test_write_nodes_skips_forgotten_and_clean_nodes() -> None:
+    samples = _sim_samples(nodes=3, ticks=15, seed=6)
+    machine = NodeWindows(DictStore(), write_through=False)
+    machine.observe_many(samples)
+    nodes = machine.dirty_nodes()
+    assert len(nodes) == 3 and machine.dirty > 3  # open panes plus the panes they closed
+    machine.forget({nodes[0]})
+    written: list[str] = []
+    assert machine.write_nodes(nodes, lambda _node, key, _value: written.append(key)) == len(written)
+    assert {k.split("|")[0] for k in written} == set(nodes[1:])
+    # per node, its closed panes come before its open pane record
+    for node in nodes[1:]:
+        keys = [k for k in written if k.split("|")[0] == node]
+        assert keys[-1] == node and all("|" in k for k in keys[:-1]) and len(keys) > 1
+    assert machine.dirty == 0 and machine.write_nodes(nodes, lambda *_: written.append("x")) == 0
+
+
 def test_open_pane_record_layouts_restore_the_same_state() -> None:
     samples = _sim_samples(nodes=2, ticks=25, seed=4)
     machine = NodeWindows(DictStore(), write_through=False)
