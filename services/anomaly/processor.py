@@ -12,16 +12,18 @@ from typing import Any
 import numpy as np
 from prometheus_client import Counter
 
-from contracts import AnomalyScore, ContractError, FeatureVector
+from contracts import AnomalyScore
 from contracts import telemetry as names
-from featurelib.node_features import as_model_input, node_feature_schema_hash, vector_problem
+from contracts.fast_featurevector import assembler
+from featurelib.node_features import node_feature_schema_hash
 from services.anomaly.model import AnomalyModel
 from services.anomaly.settings import AnomalySettings
 from services.runtime.batch_stream import Batch, BatchStream, events_of
-from services.runtime.model_watch import ModelWatcher, infer_rows
-from services.runtime.stream_io import Sink, decode_event, headers_of
+from services.runtime.model_watch import ModelWatcher
+from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id
 from services.runtime.stream_trace import stage_span
+from services.runtime.vector_batch import score_vectors
 
 log = logging.getLogger(__name__)
 LINGER_S = 0.25
@@ -30,7 +32,8 @@ SERVICE = "anomaly"
 IN_TOPIC = "features.v1"
 OUT_TOPIC = "anomalies.v1"
 SCORED = Counter("borg_anomaly_windows_total", "Feature windows by outcome", ["outcome"])
-
+_NAME_MAX = 253  # AnomalyScore.model_version's bound (tests/unit/test_regime_service.py pins it)
+_score = assembler(AnomalyScore)
 
 
 class AnomalyProcessor:
@@ -43,44 +46,54 @@ class AnomalyProcessor:
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
                                   handle=self._handle, linger_s=LINGER_S)
         self.emitted = 0
+        self._outcomes: dict[str, Counter] = {}
 
     async def _handle(self, batch: Batch) -> None:
         # every partition's records in one model call
         await self.handle_batch([event for records in batch.values() for event in events_of(records)])
 
+    def _count(self, outcome: str, n: int) -> None:
+        child = self._outcomes.get(outcome)
+        if child is None:
+            child = self._outcomes[outcome] = SCORED.labels(outcome)
+        child.inc(n)
+
     async def handle_batch(self, events: list[Any]) -> None:
-        accepted: list[tuple[Any, FeatureVector]] = []
-        for event in events:
-            try:
-                vector = decode_event(FeatureVector, event)
-            except ContractError as exc:
-                await self.sink.dead_letter(event, exc.message, exc.kind)
-                continue
-            assert isinstance(vector, FeatureVector)
-            problem = vector_problem(vector, self.schema_hash, "anomaly")
-            if problem is not None:
-                await self.sink.dead_letter(event, problem, "schema")
-                continue
-            accepted.append((event, vector))
-        if not accepted:
+        scored = await score_vectors(events, sink=self.sink, models=self.models, schema_hash=self.schema_hash,
+                                     consumer=SERVICE)
+        if scored.failed:
+            self._count("model_failed", scored.failed)
+        if not scored.rows:
             return
-        model = self.models.current
+        model = scored.model
         threshold = self.settings.threshold or model.threshold
-        x = np.stack([as_model_input(v.values, v.valid) for _, v in accepted])
-        results, errors = infer_rows(model, x)
-        for i, (event, vector) in enumerate(accepted):
-            result = results[i]
-            if result is None:
-                SCORED.labels("model_failed").inc()
-                await self.sink.dead_letter(event, errors.get(i, "model failed"), "processing")
-                continue
-            score = float(result[0])
-            out = AnomalyScore(node=vector.node, ts_ms=vector.ts_ms, score=score, is_anomaly=score >= threshold,
-                               threshold=threshold, model_version=model.version, input_ts_ms=vector.input_ts_ms)
-            SCORED.labels("anomaly" if out.is_anomaly else "normal").inc()
-            attrs: dict[str, Any] = {names.NODE_NAME: out.node, names.ANOMALY_SCORE: score,
-                                     names.MODEL_VERSION: model.version}
-            with stage_span(names.SPAN_ANOMALY_INFER, headers_of(event), topic=event.message.topic,
-                            group=self.group, attributes=attrs) as (_, ctx):
-                await self.sink.send(OUT_TOPIC, out.node, out, ctx)
-            self.emitted += 1
+        version = model.version
+        (scores,) = scored.outputs
+        # AnomalyScore's bounds hold for every row (the model clips the score to [0, 1]):
+        # build scores without validation, else validate them as always
+        trusted = (type(threshold) is float and 0.0 <= threshold <= 1.0 and type(version) is str
+                   and 0 < len(version) <= _NAME_MAX and bool(np.all((scores >= 0.0) & (scores <= 1.0))))
+        anomalies = normal = 0
+        try:
+            # one conversion per batch instead of a numpy scalar per row (same doubles)
+            for event, vector, score in zip(scored.events, scored.rows, scores.tolist(), strict=True):
+                node = vector.node
+                is_anomaly = score >= threshold
+                fields = {"node": node, "ts_ms": vector.ts_ms, "score": score, "is_anomaly": is_anomaly,
+                          "threshold": threshold, "model_version": version, "input_ts_ms": vector.input_ts_ms}
+                out = _score(fields) if trusted else AnomalyScore(**fields)
+                if is_anomaly:
+                    anomalies += 1
+                else:
+                    normal += 1
+                attrs: dict[str, Any] = {names.NODE_NAME: node, names.ANOMALY_SCORE: score,
+                                         names.MODEL_VERSION: version}
+                with stage_span(names.SPAN_ANOMALY_INFER, headers_of(event), topic=event.message.topic,
+                                group=self.group, attributes=attrs) as (_, ctx):
+                    await self.sink.send(OUT_TOPIC, node, out, ctx)
+                self.emitted += 1
+        finally:
+            if anomalies:
+                self._count("anomaly", anomalies)
+            if normal:
+                self._count("normal", normal)

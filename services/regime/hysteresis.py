@@ -1,30 +1,65 @@
 """Reporting regime changes with hysteresis: one noisy window never flips the reported regime.
 
 State per node (JSON in the ``hysteresis`` table): the reported regime, a candidate and how
-many consecutive windows proposed it, the newest window handled and the last output (so a
+many consecutive windows proposed it, the newest window handled and the last outputs (so a
 re-delivered window is answered with the identical label instead of advancing the count).
+
+The record is ``{"reported", "candidate", "count", "ts", "history": [label, ...]}``, each
+label the RegimeLabel as sent. :class:`Memory` is a record decoded once and kept: the
+labels stay encoded (``orjson.Fragment``), so writing the next record re-serialises
+none of them; records are the same bytes as before, so either version reads the other's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import orjson
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     regime: str
     changed: bool
     state: dict[str, Any]
 
 
-def load(raw: bytes | None) -> dict[str, Any] | None:
-    if raw is None:
+class Label(NamedTuple):
+    """One label of a node's history: its window, its JSON as sent, the same as a fragment."""
+
+    ts_ms: int
+    encoded: bytes
+    fragment: orjson.Fragment
+
+
+def label(ts_ms: int, encoded: bytes) -> Label:
+    return Label(ts_ms, encoded, orjson.Fragment(encoded))
+
+
+class Memory(NamedTuple):
+    """A node's record, decoded: ``state`` as :func:`advance` returns it, and the newest labels."""
+
+    state: dict[str, Any]
+    history: Sequence[Label]
+
+    def earlier(self, ts_ms: int) -> Label | None:
+        """The label already sent for window ``ts_ms``, if still in the history."""
+        for h in self.history:
+            if h.ts_ms == ts_ms:
+                return h
         return None
+
+
+def decode(raw: bytes) -> Memory:
+    """A record as any version wrote it."""
     state: dict[str, Any] = orjson.loads(raw)
-    return state
+    # orjson writes a dict it parsed back byte for byte: the label as it was sent
+    history = [label(h.get("ts_ms"), orjson.dumps(h)) for h in state.pop("history", None) or ()]
+    return Memory(state, history)
+
+
+def encode(state: dict[str, Any], history: Sequence[Label]) -> bytes:
+    return orjson.dumps({**state, "history": [h.fragment for h in history]})
 
 
 def advance(state: dict[str, Any] | None, raw_regime: str, ts_ms: int, *, windows: int) -> Step:

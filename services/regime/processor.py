@@ -2,11 +2,17 @@
 
 Per batch of input (up to ``STREAM_BATCH_MAX`` records): decode and check
 each vector (schema hash and length), run the model once on the batch (falling back to
-row-by-row to dead-letter only the rows that make it fail), then advance each node's
-hysteresis state (changelog ``<prefix>borg-regime-hysteresis-changelog``) and publish. A
-window already handled (same node and ``ts_ms``) is answered with the identical label, so
-replays after a crash are idempotent on the key (node, ts_ms) (the last ``REPLAY_HISTORY``
-labels per node are kept for that).
+row-by-row to dead-letter only the rows that make it fail; ``services.runtime.vector_batch``),
+then advance each node's hysteresis state (changelog ``<prefix>borg-regime-hysteresis-changelog``)
+and publish. A window already handled (same node and ``ts_ms``) is answered with the
+identical label, so replays after a crash are idempotent on the key (node, ts_ms) (the last
+``REPLAY_HISTORY`` labels per node are kept for that, as sent).
+
+The changelog state holds each node's record as bytes (``hysteresis`` describes it); the
+processor keeps each record decoded beside it (``memory``), so a window costs one record
+written and none parsed. A decoded record is used only while the state still holds the very
+bytes object it was decoded from: a restore (new objects) or a forget (key gone) after a
+partition moves makes it decode again or start afresh, exactly as reading the state would.
 """
 
 from __future__ import annotations
@@ -18,17 +24,20 @@ import numpy as np
 import orjson
 from prometheus_client import Counter
 
-from contracts import ContractError, FeatureVector, RegimeLabel
+from contracts import RegimeLabel, encode
 from contracts import telemetry as names
-from featurelib.node_features import as_model_input, node_feature_schema_hash, vector_problem
+from contracts.fast_featurevector import assembler
+from contracts.models import REGIMES
+from featurelib.node_features import node_feature_schema_hash
 from services.regime import hysteresis
 from services.regime.model import RegimeModel
 from services.regime.settings import RegimeSettings
 from services.runtime.batch_stream import Batch, BatchStream, ChangelogState, events_of
-from services.runtime.model_watch import ModelWatcher, infer_rows
-from services.runtime.stream_io import Sink, decode_event, headers_of
+from services.runtime.model_watch import ModelWatcher
+from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id
 from services.runtime.stream_trace import stage_span
+from services.runtime.vector_batch import ScoredBatch, score_vectors
 
 log = logging.getLogger(__name__)
 LINGER_S = 0.02
@@ -39,7 +48,13 @@ OUT_TOPIC = "regimes.v1"
 REPLAY_HISTORY = 6
 """Labels kept per node so that re-delivered windows are answered identically."""
 WINDOWS = Counter("borg_regime_windows_total", "Feature windows by outcome", ["outcome"])
-
+MEMORY_SLACK = 1024
+"""Decoded records of nodes no longer in the state (partitions moved) kept before a sweep."""
+# RegimeLabel's bounds (tests/unit/test_regime_service.py pins them to the contract)
+_NAME_MAX = 253
+_SLOWDOWN_MIN, _SLOWDOWN_MAX = 1.0, 100.0
+_REGIMES = frozenset(REGIMES)
+_label = assembler(RegimeLabel)
 
 
 class RegimeProcessor:
@@ -54,71 +69,125 @@ class RegimeProcessor:
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
                                   handle=self._handle, state=[self.state], linger_s=LINGER_S)
         self.emitted = 0
+        # node → (record, the record decoded). An entry is current while the state holds
+        # that very bytes object: a restore replaces it with another, a forget drops it.
+        self.memory: dict[str, tuple[bytes, hysteresis.Memory]] = {}
+        self._windows: dict[str, Counter] = {}
+        self._trusted: tuple[RegimeModel | None, bool] = (None, False)
 
     async def _handle(self, batch: Batch) -> None:
         # every partition's records in one model call
         await self.handle_batch([event for records in batch.values() for event in events_of(records)])
 
     async def handle_batch(self, events: list[Any]) -> None:
-        accepted: list[tuple[Any, FeatureVector]] = []
-        for event in events:
-            try:
-                vector = decode_event(FeatureVector, event)
-            except ContractError as exc:
-                await self.sink.dead_letter(event, exc.message, exc.kind)
-                continue
-            assert isinstance(vector, FeatureVector)
-            problem = vector_problem(vector, self.schema_hash, "regime")
-            if problem is not None:
-                await self.sink.dead_letter(event, problem, "schema")
-                continue
-            accepted.append((event, vector))
-        if not accepted:
-            return
-        model = self.models.current
-        x = np.stack([as_model_input(v.values, v.valid) for _, v in accepted])
-        results, errors = infer_rows(model, x)
-        for i, (event, vector) in enumerate(accepted):
-            result = results[i]
-            if result is None:
-                WINDOWS.labels("model_failed").inc()
-                await self.sink.dead_letter(event, errors.get(i, "model failed"), "processing")
-                continue
-            await self._publish(event, vector, model, result[0], result[1])
-        await self.state.drain()
+        scored = await score_vectors(events, sink=self.sink, models=self.models, schema_hash=self.schema_hash,
+                                     consumer=SERVICE)
+        if scored.failed:
+            self._count("model_failed", scored.failed)
+        if scored.rows:
+            await self._publish(scored)
+            await self.state.drain()
+            if len(self.memory) > len(self.state.data) + MEMORY_SLACK:
+                self._sweep()
 
-    async def _publish(self, event: Any, vector: FeatureVector, model: RegimeModel, probs: np.ndarray,
-                       slowdown: np.ndarray) -> None:
-        self.state.partition = event.message.partition
-        state = hysteresis.load(self.state.get(vector.node))
-        if state is not None and vector.ts_ms <= state["ts"]:
-            earlier = next((h for h in state.get("history", []) if h["ts_ms"] == vector.ts_ms), None)
-            if earlier is not None:
-                # handled before (a replay after a crash): the identical label again
-                WINDOWS.labels("replayed").inc()
-                await self._send(event, RegimeLabel.model_validate(earlier), earlier["model_version"])
-            else:
-                WINDOWS.labels("stale").inc()
-            return
-        raw_idx = int(np.argmax(probs))
-        raw = model.regimes[raw_idx]
-        step = hysteresis.advance(state, raw, vector.ts_ms, windows=self.settings.hysteresis_windows)
-        label = RegimeLabel(
-            node=vector.node,
-            ts_ms=vector.ts_ms,
-            regime=step.regime,  # type: ignore[arg-type]
-            confidence=float(np.clip(probs[model.regimes.index(step.regime)], 0.0, 1.0)),
-            raw_regime=raw,  # type: ignore[arg-type]
-            changed=step.changed,
-            interference={c: float(s) for c, s in zip(model.card["outputs"]["workload_classes"], slowdown,
-                                                       strict=True)},
-            model_version=model.version,
-            input_ts_ms=vector.input_ts_ms,
-        )
-        history = [*(state or {}).get("history", []), label.model_dump(mode="json")][-REPLAY_HISTORY:]
-        self.state.put(vector.node, orjson.dumps({**step.state, "history": history}))
-        WINDOWS.labels("changed" if step.changed else "labelled").inc()
-        await self._send(event, label, model.version)
+    def _count(self, outcome: str, n: int) -> None:
+        child = self._windows.get(outcome)
+        if child is None:
+            child = self._windows[outcome] = WINDOWS.labels(outcome)
+        child.inc(n)
+
+    def _trusts(self, model: RegimeModel) -> bool:
+        """Whether labels of this model are valid whatever the (finite) model outputs (so need no validation)."""
+        if self._trusted[0] is not model:
+            classes = model.card["outputs"]["workload_classes"]
+            self._trusted = (model, type(model.version) is str and 0 < len(model.version) <= _NAME_MAX
+                             and _REGIMES.issuperset(model.regimes) and all(type(c) is str for c in classes))
+        return self._trusted[1]
+
+    def recall(self, node: str) -> hysteresis.Memory | None:
+        """The node's hysteresis record, decoded once per record the state holds."""
+        raw = self.state.get(node)
+        if raw is None:
+            self.memory.pop(node, None)
+            return None
+        hit = self.memory.get(node)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        memory = hysteresis.decode(raw)
+        self.memory[node] = (raw, memory)
+        return memory
+
+    def _sweep(self) -> None:
+        data = self.state.data
+        self.memory = {node: hit for node, hit in self.memory.items() if data.get(node.encode()) is hit[0]}
+
+    async def _publish(self, scored: ScoredBatch[RegimeModel]) -> None:
+        model = scored.model
+        probs, slowdown = scored.outputs
+        regimes = model.regimes
+        index = {r: i for i, r in reversed(list(enumerate(regimes)))}  # the first index, as regimes.index
+        classes = model.card["outputs"]["workload_classes"]
+        version = model.version
+        # RegimeLabel's bounds hold for every row (the model clips; confidence is clipped
+        # here): build labels without validation, else validate them as always
+        trusted = self._trusts(model) and bool(np.all((slowdown >= _SLOWDOWN_MIN) & (slowdown <= _SLOWDOWN_MAX)))
+        windows = self.settings.hysteresis_windows
+        # one conversion per batch instead of numpy scalars per row (same doubles)
+        rows = zip(scored.events, scored.rows, probs.argmax(axis=1).tolist(), np.clip(probs, 0.0, 1.0).tolist(),
+                   slowdown.tolist(), strict=True)
+        labelled = changed = replayed = stale = 0
+        try:
+            for event, vector, raw_index, confidences, interference in rows:
+                self.state.partition = event.message.partition
+                node = vector.node
+                ts_ms = vector.ts_ms
+                memory = self.recall(node)
+                if memory is not None and ts_ms <= memory.state["ts"]:
+                    earlier = memory.earlier(ts_ms)
+                    if earlier is not None:
+                        # handled before (a replay after a crash): the identical label again
+                        replayed += 1
+                        sent = orjson.loads(earlier.encoded)
+                        await self._send(event, RegimeLabel.model_validate(sent), sent["model_version"])
+                    else:
+                        stale += 1
+                    continue
+                raw = regimes[raw_index]
+                step = hysteresis.advance(None if memory is None else memory.state, raw, ts_ms, windows=windows)
+                regime = step.regime
+                at = index.get(regime)
+                fields = {
+                    "node": node,
+                    "ts_ms": ts_ms,
+                    "regime": regime,
+                    "confidence": confidences[regimes.index(regime) if at is None else at],
+                    "raw_regime": raw,
+                    "changed": step.changed,
+                    "interference": dict(zip(classes, interference, strict=True)),
+                    "model_version": version,
+                    "input_ts_ms": vector.input_ts_ms,
+                }
+                if trusted and regime in _REGIMES:
+                    label = _label(fields)
+                    encoded = orjson.dumps(fields)  # what Sink.send writes: the dict is model_dump's
+                else:
+                    label = RegimeLabel(**fields)
+                    encoded = encode(label)
+                latest = hysteresis.label(ts_ms, encoded)
+                history = [latest] if memory is None else [*memory.history, latest][-REPLAY_HISTORY:]
+                record = hysteresis.encode(step.state, history)
+                self.state.put(node, record)
+                self.memory[node] = (record, hysteresis.Memory(step.state, history))
+                if step.changed:
+                    changed += 1
+                else:
+                    labelled += 1
+                await self._send(event, label, version)
+        finally:
+            for outcome, n in (("labelled", labelled), ("changed", changed), ("replayed", replayed),
+                               ("stale", stale)):
+                if n:
+                    self._count(outcome, n)
 
     async def _send(self, event: Any, label: RegimeLabel, version: str) -> None:
         attrs: dict[str, Any] = {names.NODE_NAME: label.node, names.REGIME_LABEL: label.regime,

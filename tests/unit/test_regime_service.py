@@ -7,6 +7,7 @@ trained in the test (quick simulator runs), never hard-coded.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,15 +17,17 @@ import numpy as np
 import orjson
 import pytest
 
-from contracts import AnomalyScore, FeatureVector, RegimeLabel, decode
+from contracts import AnomalyScore, FeatureVector, RegimeLabel, decode, encode
 from contracts.headers import build_headers, trace_id_of
-from featurelib.node_features import N_FEATURES, node_feature_schema_hash
+from contracts.models import REGIMES, WORKLOAD_CLASSES
+from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash
 from services.anomaly.model import load_anomaly_model
 from services.anomaly.processor import AnomalyProcessor
 from services.anomaly.settings import AnomalySettings
 from services.regime import hysteresis
+from services.regime import processor as regime_processor
 from services.regime.model import load_regime_model
-from services.regime.processor import RegimeProcessor
+from services.regime.processor import REPLAY_HISTORY, WINDOWS, RegimeProcessor
 from services.regime.settings import RegimeSettings
 from services.runtime.model_watch import ModelRefusedError, ModelWatcher, infer_rows, resolve
 from services.runtime.telemetry import setup_tracing
@@ -67,6 +70,18 @@ def test_hysteresis_one_window_setting_follows_raw() -> None:
     assert step.regime == "core" and step.changed
 
 
+def test_hysteresis_record_round_trip_keeps_labels_byte_for_byte() -> None:
+    labels = [b'{"node":"n","ts_ms":%d,"confidence":0.1000000000000000055511151231257827}' % t for t in (1, 2)]
+    record = orjson.dumps({"reported": "llc", "candidate": None, "count": 0, "ts": 2,
+                           "history": [orjson.loads(lab) for lab in labels]})
+    memory = hysteresis.decode(record)
+    assert memory.state == {"reported": "llc", "candidate": None, "count": 0, "ts": 2}
+    assert [h.ts_ms for h in memory.history] == [1, 2]
+    assert [h.encoded for h in memory.history] == [orjson.dumps(orjson.loads(lab)) for lab in labels]
+    assert hysteresis.encode(memory.state, memory.history) == record
+    assert memory.earlier(2) is memory.history[1] and memory.earlier(3) is None
+
+
 # ---------------------------------------------------------------------------------- stand-ins
 
 
@@ -92,6 +107,7 @@ class RecordingSink:
     letters: list[tuple[Msg, str, str]] = field(default_factory=list)
     changelog_writes: int = 0
     dead_lettered: int = 0
+    records: list[tuple[int, bytes, bytes]] = field(default_factory=list)
 
     async def send(self, base_topic: str, key: str, value: Any, ctx: Any) -> None:
         self.sent.append((base_topic, key, value, build_headers(base_topic, ctx)))
@@ -101,6 +117,7 @@ class RecordingSink:
 
     async def changelog_many(self, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:
         self.changelog_writes += len(records)
+        self.records.extend(records)
 
     async def dead_letter(self, event: Ev, error: str, kind: str) -> None:
         self.letters.append((event.message, error, kind))
@@ -111,12 +128,13 @@ class RecordingSink:
 
 
 def vector_event(node: str, ts: int, offset: int, values: list[float] | None = None,
-                 schema: str | None = None, headers: list[tuple[str, bytes]] | None = None) -> Ev:
+                 schema: str | None = None, headers: list[tuple[str, bytes]] | None = None,
+                 partition: int = 0) -> Ev:
     rng = np.random.default_rng(offset)
     vals = values if values is not None else [float(v) for v in rng.uniform(0, 2, N_FEATURES)]
     fv = FeatureVector(node=node, ts_ms=ts, window_s=10, schema_hash=schema or node_feature_schema_hash(),
                        values=vals, valid=[True] * len(vals), samples=10, input_ts_ms=ts - 5)
-    return Ev(Msg("p-features.v1", 0, offset, node.encode(), orjson.dumps(fv.model_dump(mode="json")),
+    return Ev(Msg("p-features.v1", partition, offset, node.encode(), orjson.dumps(fv.model_dump(mode="json")),
                   headers or [], ts / 1000))
 
 
@@ -170,6 +188,180 @@ def test_regime_replay_of_a_window_is_identical_and_hysteresis_not_advanced(mode
     assert again == before[1:3]
     asyncio.run(proc.handle_batch([vector_event("n1", T0 + 40_000, 9)]))
     assert sink.sent[-1][2].ts_ms == T0 + 40_000
+
+
+def test_regime_replay_after_a_restart_sends_the_identical_bytes(model_root: Path) -> None:
+    proc, sink = _regime(model_root)
+    first = [vector_event(n, T0 + i * 10_000, 10 * i + j) for i in range(8) for j, n in enumerate(("n1", "n2"))]
+    asyncio.run(proc.handle_batch(first))
+    sent = {(v.node, v.ts_ms): encode(v) for _, _, v, _ in sink.sent}
+    # a new process: the state as restored from the changelog (other bytes objects), nothing decoded yet
+    again, sink2 = _regime(model_root)
+    again.state.data.update({k: bytes(bytearray(v)) for k, v in proc.state.data.items()})
+    replayed = WINDOWS.labels("replayed")._value.get()
+    stale = WINDOWS.labels("stale")._value.get()
+    asyncio.run(again.handle_batch(first))
+    # the newest REPLAY_HISTORY windows per node are answered identically, older ones are stale
+    kept = first[-2 * REPLAY_HISTORY:]
+    assert [(v.node, v.ts_ms) for _, _, v, _ in sink2.sent] == [
+        (e.message.key.decode(), decode(FeatureVector, e.message.value).ts_ms) for e in kept]  # type: ignore[union-attr]
+    assert all(encode(v) == sent[(v.node, v.ts_ms)] for _, _, v, _ in sink2.sent)
+    assert WINDOWS.labels("replayed")._value.get() - replayed == len(kept)
+    assert WINDOWS.labels("stale")._value.get() - stale == len(first) - len(kept)
+    assert sink2.changelog_writes == 0  # a replay changes no state
+
+
+@dataclass
+class FakeRegimeModel:
+    """The raw regime of a window is REGIMES[int(first feature)]; slowdowns 1.5."""
+
+    version: str = "f1"
+    regimes: tuple[str, ...] = REGIMES
+    card: dict[str, Any] = field(default_factory=lambda: {"outputs": {"workload_classes": list(WORKLOAD_CLASSES)}})
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        probs = np.full((len(x), len(self.regimes)), 0.02)
+        probs[np.arange(len(x)), x[:, 0].astype(int)] = 0.92
+        return probs, np.full((len(x), len(WORKLOAD_CLASSES)), 1.5)
+
+
+@dataclass
+class FakeWatcher:
+    current: Any
+
+
+def _fake_regime(**env: Any) -> tuple[RegimeProcessor, RecordingSink]:
+    sink = RecordingSink()
+    return RegimeProcessor(RegimeSettings(**env), sink, FakeWatcher(FakeRegimeModel())), sink  # type: ignore[arg-type]
+
+
+def window(node: str, i: int, regime: str, partition: int = 0) -> Ev:
+    return vector_event(node, T0 + i * 10_000, i, values=[float(REGIMES.index(regime))] + [0.5] * (N_FEATURES - 1),
+                        partition=partition)
+
+
+def test_regime_changelog_records_are_what_older_versions_wrote() -> None:
+    proc, sink = _fake_regime(hysteresis_windows=2)
+    raws = ["none", "llc", "none", "llc", "llc", "membw", "membw", "membw", "core", "none"]
+    asyncio.run(proc.handle_batch([window("n1", i, r) for i, r in enumerate(raws[:4])]))
+    asyncio.run(proc.handle_batch([window("n1", i, r) for i, r in enumerate(raws) if i >= 4]))
+    labels = [v for _, _, v, _ in sink.sent]
+    assert [lab.raw_regime for lab in labels] == raws
+    assert [lab.regime for lab in labels] == ["none"] * 4 + ["llc"] * 2 + ["membw"] * 3 + ["membw"]
+    # what the previous release wrote after each window: the hysteresis state and the
+    # newest REPLAY_HISTORY labels as model_dump(mode="json") dicts
+    state: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = []
+    expected = []
+    for lab in labels:
+        state = hysteresis.advance(state, lab.raw_regime, lab.ts_ms, windows=2).state
+        history = [*history, lab.model_dump(mode="json")][-REPLAY_HISTORY:]
+        expected.append((0, b"n1", orjson.dumps({**state, "history": history})))
+    assert sink.records == expected
+    assert proc.state.data[b"n1"] == expected[-1][2]
+
+
+def test_regime_reads_records_in_any_spelling_and_replays_from_them() -> None:
+    proc, sink = _fake_regime(hysteresis_windows=3)
+    asyncio.run(proc.handle_batch([window("n1", i, "llc") for i in range(3)]))
+    record = orjson.loads(proc.state.data[b"n1"])
+    sent = [encode(v) for _, _, v, _ in sink.sent]
+    # the same record as another writer may spell it: indented, keys reordered, history first
+    spelled = orjson.dumps({"history": record["history"], "ts": record["ts"], "count": 0, "candidate": None,
+                            "reported": "llc"}, option=orjson.OPT_INDENT_2)
+    again, sink2 = _fake_regime(hysteresis_windows=3)
+    again.state.data[b"n1"] = spelled
+    asyncio.run(again.handle_batch([window("n1", 1, "llc"), window("n1", 3, "membw")]))
+    assert encode(sink2.sent[0][2]) == sent[1]  # identical bytes on replay
+    new = sink2.sent[1][2]
+    assert new.regime == "llc" and new.raw_regime == "membw" and not new.changed
+    # the record written after it is in the usual spelling, the old labels byte for byte
+    history = [orjson.dumps(h) for h in record["history"]] + [encode(new)]
+    assert again.state.data[b"n1"] == orjson.dumps(
+        {"reported": "llc", "candidate": "membw", "count": 1, "ts": new.ts_ms,
+         "history": [orjson.loads(h) for h in history]})
+    # a record without history (or an empty one) still works
+    again.state.data[b"n2"] = orjson.dumps({"reported": "core", "candidate": None, "count": 0, "ts": T0})
+    asyncio.run(again.handle_batch([window("n2", 0, "core"), window("n2", 1, "core")]))
+    assert [v.regime for _, _, v, _ in sink2.sent[2:]] == ["core"]  # window 0 is stale, not in the history
+
+
+def _restore(proc: RegimeProcessor, partition: int, records: dict[str, bytes]) -> None:
+    # what ChangelogState.restore does with what it read: new bytes objects
+    for node, value in records.items():
+        proc.state.data[node.encode()] = bytes(bytearray(value))
+        proc.state.owner[node.encode()] = partition
+
+
+def test_regime_decoded_state_follows_forget_and_restore() -> None:
+    proc, sink = _fake_regime(hysteresis_windows=2)
+    asyncio.run(proc.handle_batch([window("n1", 0, "llc", partition=0), window("n2", 0, "llc", partition=1)]))
+    assert set(proc.memory) == {"n1", "n2"}
+    # a restore brings another record for n1 (written by another worker meanwhile)
+    _restore(proc, 0, {"n1": orjson.dumps({"reported": "none", "candidate": None, "count": 0, "ts": T0,
+                                            "history": []})})
+    asyncio.run(proc.handle_batch([window("n1", 1, "llc"), window("n2", 1, "core", partition=1)]))
+    n1, n2 = (v for _, _, v, _ in sink.sent[2:])
+    assert (n1.regime, n1.changed) == ("none", False)  # from the restored record, not the decoded one
+    assert (n2.regime, n2.changed) == ("llc", False)
+    # partition 0 moves away: n1 is forgotten, its next window starts afresh
+    proc.state.forget({0})
+    asyncio.run(proc.handle_batch([window("n1", 2, "core")]))
+    n1 = sink.sent[-1][2]
+    assert (n1.regime, n1.changed) == ("core", True)
+    # partition 0 comes back with its changelog: the record restored again wins
+    _restore(proc, 0, {"n1": orjson.dumps({"reported": "membw", "candidate": "core", "count": 1, "ts": T0 + 20_000,
+                                            "history": []})})
+    asyncio.run(proc.handle_batch([window("n1", 3, "core")]))
+    n1 = sink.sent[-1][2]
+    assert (n1.regime, n1.changed) == ("core", True)  # the second "core" in a row switches
+
+
+def test_regime_sweeps_decoded_state_of_forgotten_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(regime_processor, "MEMORY_SLACK", 2)
+    proc, _ = _fake_regime()
+    asyncio.run(proc.handle_batch([window(f"n{i}", 0, "llc", partition=i % 2) for i in range(8)]))
+    assert len(proc.memory) == 8
+    proc.state.forget({0})
+    asyncio.run(proc.handle_batch([window("n1", 1, "llc", partition=1)]))
+    assert sorted(proc.memory) == ["n1", "n3", "n5", "n7"]
+
+
+def test_regime_labels_equal_validated_ones_and_odd_models_are_still_validated() -> None:
+    proc, sink = _fake_regime()
+    asyncio.run(proc.handle_batch([window("n1", i, r) for i, r in enumerate(["none", "llc", "llc"])]))
+    for _, _, label, _ in sink.sent:
+        again = RegimeLabel(**label.model_dump())
+        assert label == again and encode(label) == encode(again)
+        assert label.model_fields_set == again.model_fields_set
+    # a model whose version is no valid Name: labels are validated (and refused) as before
+    bad, _ = _fake_regime()
+    bad.models.current = FakeRegimeModel(version="")  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="model_version"):
+        asyncio.run(bad.handle_batch([window("n1", 0, "llc")]))
+    assert bad.state.data == {}
+
+
+def test_bounds_the_processors_trust_are_the_contracts() -> None:
+    from pydantic import ValidationError
+
+    from services.anomaly import processor as anomaly_processor
+
+    base = {"node": "n", "ts_ms": T0, "regime": "llc", "confidence": 1.0, "raw_regime": "llc", "changed": False,
+            "interference": {"cpu_bound": 1.0}, "model_version": "v", "input_ts_ms": T0}
+    lo, hi, name = regime_processor._SLOWDOWN_MIN, regime_processor._SLOWDOWN_MAX, regime_processor._NAME_MAX
+    assert name == anomaly_processor._NAME_MAX
+    for ok in ({"interference": {"a": lo, "b": hi}}, {"model_version": "v" * name}):
+        RegimeLabel(**{**base, **ok})
+    for bad in ({"interference": {"a": math.nextafter(lo, 0)}}, {"interference": {"a": math.nextafter(hi, 200)}},
+                {"model_version": "v" * (name + 1)}, {"model_version": ""}):
+        with pytest.raises(ValidationError):
+            RegimeLabel(**{**base, **bad})
+    score = {"node": "n", "ts_ms": T0, "score": 0.0, "is_anomaly": False, "threshold": 1.0, "model_version": "v" * name,
+             "input_ts_ms": T0}
+    AnomalyScore(**score)
+    with pytest.raises(ValidationError):
+        AnomalyScore(**{**score, "model_version": "v" * (name + 1)})
 
 
 def test_model_failure_is_isolated_to_its_row() -> None:
@@ -237,6 +429,44 @@ def test_anomaly_scores_batch_and_flags_outliers(model_root: Path) -> None:
     assert [k for _, _, k in sink.letters] == ["schema"]
     # random vectors far outside the simulator's ranges score higher than the model's threshold
     assert max(s.score for s in scores) >= model.threshold
+
+
+def _reference_inputs(events: list[Ev]) -> tuple[list[FeatureVector], np.ndarray]:
+    vectors = [decode(FeatureVector, e.message.value) for e in events]
+    return vectors, np.stack([as_model_input(v.values, v.valid) for v in vectors])
+
+
+def test_outputs_are_the_bytes_of_the_per_row_computation(model_root: Path) -> None:
+    """Both processors send what the per-row code of earlier releases built, byte for byte."""
+    events = [vector_event(f"n{i % 7}", T0 + (i // 7) * 10_000, i) for i in range(60)]
+    vectors, x = _reference_inputs(events)
+    sink = RecordingSink()
+    watcher = ModelWatcher("anomaly", model_root / "anomaly", load_anomaly_model, poll_s=60)
+    asyncio.run(AnomalyProcessor(AnomalySettings(), sink, watcher).handle_batch(events))  # type: ignore[arg-type]
+    model = watcher.current
+    (scores,) = model(x)
+    want = [AnomalyScore(node=v.node, ts_ms=v.ts_ms, score=float(s), is_anomaly=float(s) >= model.threshold,
+                         threshold=model.threshold, model_version=model.version, input_ts_ms=v.input_ts_ms)
+            for v, s in zip(vectors, scores, strict=True)]
+    assert [encode(v) for _, _, v, _ in sink.sent] == [encode(w) for w in want]
+
+    proc, rsink = _regime(model_root, hysteresis_windows=2)
+    asyncio.run(proc.handle_batch(events))
+    regime = proc.models.current
+    probs, slowdown = regime(x)
+    state: dict[str, dict[str, Any]] = {}
+    labels = []
+    for v, p, sd in zip(vectors, probs, slowdown, strict=True):
+        raw = regime.regimes[int(np.argmax(p))]
+        step = hysteresis.advance(state.get(v.node), raw, v.ts_ms, windows=2)
+        state[v.node] = step.state
+        labels.append(RegimeLabel(
+            node=v.node, ts_ms=v.ts_ms, regime=step.regime,  # type: ignore[arg-type]
+            confidence=float(np.clip(p[regime.regimes.index(step.regime)], 0.0, 1.0)),
+            raw_regime=raw, changed=step.changed,  # type: ignore[arg-type]
+            interference={c: float(s) for c, s in zip(regime.card["outputs"]["workload_classes"], sd, strict=True)},
+            model_version=regime.version, input_ts_ms=v.input_ts_ms))
+    assert [encode(v) for _, _, v, _ in rsink.sent] == [encode(lab) for lab in labels]
 
 
 def test_service_refuses_a_mismatched_model_at_start_up(model_root: Path, tmp_path: Path) -> None:
