@@ -206,3 +206,38 @@ async def test_a_failed_commit_round_stops_the_worker(kafka_bootstrap: str, topi
     finally:
         sink.refuse = False
         await sink.stop()
+
+
+async def test_a_lingering_stream_gets_what_trickled_in_as_one_batch(kafka_bootstrap: str, topic_prefix: str) -> None:
+    """With ``linger_s`` the broker gathers the batch: records arriving a few ms apart come as a few batches."""
+    sink = Sink(bootstrap=kafka_bootstrap, service=SERVICE, topic_prefix=topic_prefix)
+    await sink.start()
+    stop = asyncio.Event()
+    sizes: list[int] = []
+    try:
+        counter = _Counter(kafka_bootstrap, topic_prefix, sink)
+
+        async def handle(batch: Batch) -> None:
+            sizes.append(sum(map(len, batch.values())))
+            await counter.handle(batch)
+
+        stream = BatchStream(service=SERVICE, settings=_settings(kafka_bootstrap, topic_prefix), sink=sink,
+                             topics=[TOPIC], handle=handle, state=[counter.state], linger_s=0.5)
+        task = asyncio.create_task(stream.run(stop))
+        await wait_until(stream.is_ready, timeout=60, what="partitions assigned")
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=0)
+        await producer.start()
+        try:
+            for i in range(60):  # one record every ~5 ms: ~0.3 s of trickle
+                await producer.send_and_wait(topic_prefix + TOPIC, key=f"k{i % 6}".encode(), value=b"x")
+                await asyncio.sleep(0.005)
+        finally:
+            await producer.stop()
+        await wait_until(lambda: counter.handled == 60, timeout=30, what="60 records handled")
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        # polling without a broker-side linger hands these out a record or two at a time
+        assert len(sizes) <= 6, f"60 trickled records came in {len(sizes)} batches: {sizes}"
+    finally:
+        stop.set()
+        await sink.stop()
