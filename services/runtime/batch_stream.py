@@ -83,12 +83,13 @@ class StateHooks(Protocol):
     def forget(self, partitions: set[int]) -> None:
         """Drop the state of revoked partitions (already checkpointed)."""
 
-    async def checkpoint(self) -> None:
+    async def checkpoint(self, *, spread_s: float = 0.0) -> None:
         """Send what changed since the last checkpoint to the changelog (the stream flushes).
 
         Runs beside the batch loop: batches may be handled while it awaits, so it must write
         state at least as new as when it was called, each key's records in an order whose
-        every prefix is a consistent state.
+        every prefix is a consistent state. A large state may spread its writes over
+        ``spread_s`` seconds (0: as fast as it can, e.g. when partitions are handed over).
         """
 
 
@@ -138,7 +139,7 @@ class ChangelogState:
             del self.owner[key]
             self.data.pop(key, None)
 
-    async def checkpoint(self) -> None:
+    async def checkpoint(self, *, spread_s: float = 0.0) -> None:
         await self.drain()
 
 
@@ -156,6 +157,7 @@ class BatchStream:
         state: Sequence[StateHooks] = (),
         fault_exit_after: int = 0,
         linger_s: float = 0.0,
+        commit_interval_s: float = 1.0,
     ) -> None:
         self.service = service
         self.settings = settings
@@ -164,6 +166,8 @@ class BatchStream:
         self.state = list(state)
         self.fault_exit_after = fault_exit_after
         self.linger_s = linger_s if settings.batch_linger_s is None else settings.batch_linger_s
+        self.commit_interval_s = commit_interval_s if settings.commit_interval_s is None \
+            else settings.commit_interval_s
         self.group = app_id(service, settings.topic_prefix)
         self.topics = [settings.topic(t) for t in topics]
         self.positions: dict[TopicPartition, int] = {}
@@ -243,7 +247,7 @@ class BatchStream:
 
     async def _commit_loop(self, stop: asyncio.Event) -> None:
         """Commit every ``commit_interval_s`` until ``stop``; a failed round stops the batch loop."""
-        interval = self.settings.commit_interval_s
+        interval = self.commit_interval_s
         try:
             while not stop.is_set():
                 try:
@@ -252,7 +256,8 @@ class BatchStream:
                     pass
                 if stop.is_set():
                     return
-                await self.commit()
+                # state may be written over half the interval: an even load, not a burst
+                await self.commit(spread_s=interval / 2)
         except Exception as exc:
             # the batch loop checks after every fetch: it stops within a fetch timeout
             self._commit_error = exc
@@ -289,22 +294,24 @@ class BatchStream:
             if high is not None:
                 CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - last - 1))
 
-    async def commit(self, only: set[TopicPartition] | None = None) -> None:
+    async def commit(self, only: set[TopicPartition] | None = None, *, spread_s: float = 0.0) -> None:
         """Checkpoint state, flush the sink, then commit processed offsets (of ``only`` when given).
 
         The positions are noted between two batches; checkpoint and flush then run while the
-        batch loop goes on (see the module docstring).
+        batch loop goes on (see the module docstring). State hooks may spread their writes over
+        ``spread_s``.
         """
         async with self._committing:
             async with self._processing:
                 offsets = dict(self.positions)
-            await self._commit_noted(offsets, only)
+            await self._commit_noted(offsets, only, spread_s)
 
-    async def _commit_noted(self, offsets: dict[TopicPartition, int], only: set[TopicPartition] | None) -> None:
+    async def _commit_noted(self, offsets: dict[TopicPartition, int], only: set[TopicPartition] | None,
+                            spread_s: float = 0.0) -> None:
         """Checkpoint, flush, commit ``offsets`` (hold ``_committing``)."""
         started = time.perf_counter()
         for hooks in self.state:
-            await hooks.checkpoint()
+            await hooks.checkpoint(spread_s=spread_s)
         await self.sink.flush()
         COMMIT_SECONDS.labels(self.service).observe(time.perf_counter() - started)
         if self._consumer is None:
@@ -322,7 +329,7 @@ class BatchStream:
     async def _fault_exit(self) -> None:
         async with self._committing:
             for hooks in self.state:
-                await hooks.checkpoint()
+                await hooks.checkpoint(spread_s=0.0)
             await self.sink.flush()
         log.warning("fault injection: exiting after %d events, outputs and state flushed, offsets not committed",
                     self.events)

@@ -20,9 +20,10 @@ PARTITIONS = 6
 class StreamSettings(RuntimeSettings):
     """Settings every stream processor shares (explicit env names, no service prefix)."""
 
-    commit_interval_s: float = Field(
-        default=1.0, gt=0, le=60, validation_alias=AliasChoices("STREAM_COMMIT_INTERVAL_S", "FAUST_COMMIT_INTERVAL_S"),
-        description="how often processed offsets are committed (state and outputs are flushed first)")
+    commit_interval_s: float | None = Field(
+        default=None, gt=0, le=60, validation_alias=AliasChoices("STREAM_COMMIT_INTERVAL_S", "FAUST_COMMIT_INTERVAL_S"),
+        description="how often processed offsets are committed (state and outputs are flushed first); default "
+                    "per service: features 5 s (its checkpoint rewrites every node that sent a sample), others 1 s")
     replication_factor: int = Field(
         default=1, ge=1, le=5, validation_alias=AliasChoices("STREAM_REPLICATION_FACTOR", "FAUST_REPLICATION_FACTOR"),
         description="replication factor of the changelog topics a processor creates")

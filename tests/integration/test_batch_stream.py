@@ -131,11 +131,11 @@ class _SlowCheckpoint(ChangelogState):
         self.gate = gate
         self.rounds = 0
 
-    async def checkpoint(self) -> None:
+    async def checkpoint(self, *, spread_s: float = 0.0) -> None:
         self.rounds += 1
         if self.rounds == 1:
             await self.gate.wait()
-        await super().checkpoint()
+        await super().checkpoint(spread_s=spread_s)
 
 
 async def test_batches_go_on_while_a_commit_round_waits(kafka_bootstrap: str, topic_prefix: str) -> None:
