@@ -36,8 +36,8 @@ class StreamSettings(RuntimeSettings):
                                        "at 10,000 NodeState/s p99 was ~320 ms with 500 and ~530 ms with 2,000)")
     batch_linger_s: float | None = Field(
         default=None, ge=0, le=5, validation_alias=AliasChoices("STREAM_BATCH_LINGER_S", "STREAM_BATCH_WITHIN_S"),
-        description="how long to keep fetching to fill a batch once its first records arrived (bigger batches "
-                    "amortise model calls; adds at most this much latency); default per service")
+        description="how long the broker may hold a fetch to fill a batch (bigger batches amortise model calls; "
+                    "adds at most this much latency); default per service")
     flush_each_batch: bool = Field(
         default=False, validation_alias="STREAM_FLUSH_EACH_BATCH",
         description="wait for the broker to acknowledge each batch's outputs (else: before each offset commit)")
