@@ -129,8 +129,12 @@ class Sink:
         """
         if not self._pending:
             return
-        await asyncio.gather(*list(self._pending))
-        self._pending = [f for f in self._pending if not f.done()]
+        waited = list(self._pending)
+        await asyncio.gather(*waited)  # raises the first failure; the failed send stays for the next flush
+        # only what this call waited for (and saw succeed) leaves the list: a send made
+        # meanwhile, even one already failed, is the next flush's to report
+        acknowledged = set(map(id, waited))
+        self._pending = [f for f in self._pending if id(f) not in acknowledged]
 
 
 def decode_event(model: type[Contract], event: Any) -> Contract:
