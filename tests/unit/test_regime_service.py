@@ -31,6 +31,7 @@ from services.regime.processor import REPLAY_HISTORY, WINDOWS, RegimeProcessor
 from services.regime.settings import RegimeSettings
 from services.runtime.model_watch import ModelRefusedError, ModelWatcher, infer_rows, resolve
 from services.runtime.telemetry import setup_tracing
+from tests.unit.standins import Ev, Msg
 from training.anomaly.cli import train_anomaly
 from training.regime.cli import train_regime
 
@@ -83,22 +84,6 @@ def test_hysteresis_record_round_trip_keeps_labels_byte_for_byte() -> None:
 
 
 # ---------------------------------------------------------------------------------- stand-ins
-
-
-@dataclass
-class Msg:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]]
-    timestamp: float
-
-
-@dataclass
-class Ev:
-    message: Msg
 
 
 @dataclass

@@ -15,24 +15,9 @@ from contracts.fast_featurevector import decode_feature_row
 from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash, vector_problem
 from services.runtime.model_watch import infer_rows
 from services.runtime.vector_batch import infer_batch, model_input, score_vectors
+from tests.unit.standins import Ev, Msg
 
 T0 = 1_700_000_000_000
-
-
-@dataclass
-class Msg:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]]
-    timestamp: float
-
-
-@dataclass
-class Ev:
-    message: Msg
 
 
 @dataclass
