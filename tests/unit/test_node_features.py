@@ -373,6 +373,24 @@ def test_batched_deferred_mode_gives_the_same_windows_as_one_by_one() -> None:
     assert _by_key(got) == expected  # bit-identical: the batched numpy pass does the same arithmetic
 
 
+def _assert_replay_completes(samples: list[Sample], committed: int, changelog: DictStore, emitted: list[Window],
+                             expected: dict[tuple[str, int], tuple[Any, ...]]) -> None:
+    """A crash after the commit at ``committed``: outputs after it may be lost, the changelog survives.
+
+    A new machine restored from the changelog, fed the input again from ``committed``, must
+    give every window, each re-emitted one identical.
+    """
+    emitted = [w for w in emitted if w.input_ts_ms <= samples[committed - 1].input_ts_ms]
+    restored = NodeWindows(changelog, write_through=False)
+    for outcome in restored.observe_many(samples[committed:]):
+        emitted += outcome.windows
+    got: dict[tuple[str, int], tuple[Any, ...]] = {}
+    for w in emitted:
+        value = (tuple(w.values), tuple(w.valid), w.samples)
+        assert got.setdefault((w.node, w.ts_ms), value) == value, "a re-emitted window differs"
+    assert got == expected
+
+
 def test_checkpoint_restore_and_replay_lose_nothing() -> None:
     """The service's crash: state checkpointed at commit k, input after an earlier commit delivered again."""
     samples = _sim_samples(nodes=6, ticks=120, seed=9)
@@ -388,16 +406,7 @@ def test_checkpoint_restore_and_replay_lose_nothing() -> None:
         machine.checkpoint(lambda _node, key, value: changelog.put(key, value))
         assert machine.dirty == 0
         committed = i + 50 if i < 400 else committed  # the last commits never happened
-    # crash: outputs after the last commit are lost, the checkpointed state survives
-    emitted = [w for w in emitted if w.input_ts_ms <= samples[committed - 1].input_ts_ms]
-    restored = NodeWindows(changelog, write_through=False)
-    for outcome in restored.observe_many(samples[committed:]):
-        emitted += outcome.windows
-    got: dict[tuple[str, int], tuple[Any, ...]] = {}
-    for w in emitted:
-        value = (tuple(w.values), tuple(w.valid), w.samples)
-        assert got.setdefault((w.node, w.ts_ms), value) == value, "a re-emitted window differs"
-    assert got == expected
+    _assert_replay_completes(samples, committed, changelog, emitted, expected)
 
 
 @pytest.mark.parametrize("crash_after", [205, 333, 452, 611])
@@ -434,16 +443,7 @@ def test_sliced_checkpoints_beside_new_samples_lose_nothing(crash_after: int) ->
         else:
             committed = noted
     assert 0 < committed < crash_after
-    # outputs after the last commit may be lost with the crash; durable state is what was written
-    emitted = [w for w in emitted if w.input_ts_ms <= samples[committed - 1].input_ts_ms]
-    restored = NodeWindows(changelog, write_through=False)
-    for outcome in restored.observe_many(samples[committed:]):
-        emitted += outcome.windows
-    got: dict[tuple[str, int], tuple[Any, ...]] = {}
-    for w in emitted:
-        value = (tuple(w.values), tuple(w.valid), w.samples)
-        assert got.setdefault((w.node, w.ts_ms), value) == value, "a re-emitted window differs"
-    assert got == expected
+    _assert_replay_completes(samples, committed, changelog, emitted, expected)
 
 
 def test_write_nodes_skips_forgotten_and_clean_nodes() -> None:
