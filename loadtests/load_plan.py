@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from loadtests.bench_format import percentile
@@ -147,6 +148,36 @@ def rate_between(samples: Sequence[tuple[float, float]], start_s: float, end_s: 
     if t1 - t0 <= 0:
         return None
     return (v1 - v0) / (t1 - t0)
+
+
+def step_points(samples: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The samples at which a step-wise counter moved: for committed offsets, when each commit was seen."""
+    points: list[tuple[float, float]] = []
+    for (_, before), (t, v) in pairwise(samples):
+        if v != before:
+            points.append((t, v))
+    return points
+
+
+def _interpolate(points: Sequence[tuple[float, float]], t: float) -> float:
+    for (t0, v0), (t1, v1) in pairwise(points):
+        if t0 <= t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    raise ValueError(f"{t} is outside the points' span")
+
+
+def step_rate_between(samples: Sequence[tuple[float, float]], start_s: float, end_s: float) -> float | None:
+    """Rate of a counter that moves in steps (committed offsets) over a window, possibly shorter than a step.
+
+    Between two seen steps the counter is taken to have grown linearly, which is exact for a stage
+    consuming at a steady rate; the window is clipped to the span of the steps seen. With fewer than
+    two steps (an idle stage, or a window before the second commit) this is ``rate_between``.
+    """
+    points = step_points(samples)
+    lo, hi = max(start_s, points[0][0]) if points else start_s, min(end_s, points[-1][0]) if points else end_s
+    if len(points) < 2 or hi - lo <= 0:
+        return rate_between(samples, start_s, end_s)
+    return (_interpolate(points, hi) - _interpolate(points, lo)) / (hi - lo)
 
 
 def slope(points: Sequence[tuple[float, float]]) -> float:

@@ -8,9 +8,10 @@ case                   metric          meaning
 <mode>:load            sent            NodeState/s the driver actually produced (acknowledged)
 <mode>:pipeline        throughput      NodeState/s consumed by the first stage (features), or
                                        the acknowledged produce rate when no stage runs
-<mode>:stage:<svc>     throughput      the stage's consumption rate (msg/s over all its input topics)
-<mode>:stage:<svc>     lag_max         largest backlog of the stage's group (messages)
-<mode>:stage:<svc>     capacity        consumption rate while its backlog grew (saturated)
+<mode>:stage:<svc>     throughput      the stage's consumption rate (msg/s over all its input topics,
+                                       from its commits, interpolated between them)
+<mode>:stage:<svc>     lag_max         largest backlog of the stage's group (messages, committed)
+<mode>:stage:<svc>     capacity        consumption rate while its backlog (read after commits) grew
 <mode>:e2e:<topic>     latency_p50/99  output produce time − input_ts_ms (ms), per output topic
 <mode>:e2e:<topic>     throughput      outputs/s on that topic
 <mode>:e2e             latency_p50/99  over the terminal stream outputs (regimes/anomalies/risk;
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 
 from loadtests.bench_format import Result, percentile
 from loadtests.harness import Harness, RunData
-from loadtests.load_plan import StepOutcome, Window, rate_between
+from loadtests.load_plan import StepOutcome, Window, rate_between, step_points, step_rate_between
 from loadtests.observe import DECISION_OUTPUTS, STREAM_OUTPUTS, TERMINAL_OUTPUTS, LagSample
 
 BENCH = "pipeline"
@@ -77,6 +78,33 @@ def saturated(backlog_growth: float, produced: float) -> bool:
     return backlog_growth > max(0.1 * produced, 100.0)
 
 
+def backlog_growth(lags: Sequence[tuple[float, int]], committed: Sequence[tuple[float, float]],
+                   start_s: float, end_s: float) -> tuple[float, float] | None:
+    """(growth of the backlog, over how many seconds) around a window, read just after commits.
+
+    Between commits the committed lag saw-tooths by up to one commit interval of input (5 s for
+    features), which would look like growth in a short window; right after each commit it is the
+    real backlog. With fewer than two commits inside the window, the nearest commit on each side
+    is used; a group that committed nothing in the run is read at the window's first and last sample.
+    """
+    commit_times = [t for t, _ in step_points(committed)]
+    lag_at = dict(lags)
+    seen = [t for t in commit_times if t in lag_at]
+    chosen = [t for t in seen if start_s <= t <= end_s]
+    if len(chosen) < 2:
+        before = [t for t in seen if t < start_s][-1:]
+        after = [t for t in seen if t > end_s][:1]
+        chosen = before + chosen + after
+    if len(chosen) < 2:
+        if commit_times:
+            return None
+        chosen = [t for t, _ in lags if start_s <= t <= end_s]
+        if len(chosen) < 2:
+            return None
+    first, last = chosen[0], chosen[-1]
+    return float(lag_at[last] - lag_at[first]), last - first
+
+
 def _finite(value: float | None) -> bool:
     return value is not None and not math.isnan(value)
 
@@ -103,13 +131,16 @@ class WindowMetrics:
         add("load", "sent", sent, "msg/s")
         achieved: float | None = sent
         for svc, group in self.groups.items():
-            rate = rate_between(committed_series(self.h.lag.samples, group), w.start_s, w.end_s)
+            committed = committed_series(self.h.lag.samples, group)
+            rate = step_rate_between(committed, w.start_s, w.end_s)
             add(f"stage:{svc}", "throughput", rate, "msg/s")
-            lags = [lag for t, lag in group_lag_series(self.h.lag.samples, group) if w.start_s <= t <= w.end_s]
+            lag_series = group_lag_series(self.h.lag.samples, group)
+            lags = [lag for t, lag in lag_series if w.start_s <= t <= w.end_s]
             if lags:
                 add(f"stage:{svc}", "lag_max", max(lags), "messages")
                 produced = rate_between(end_series(self.h.lag.samples, group), w.start_s, w.end_s)
-                if rate is not None and produced and saturated(lags[-1] - lags[0], produced * w.seconds):
+                growth = backlog_growth(lag_series, committed, w.start_s, w.end_s)
+                if rate is not None and produced and growth and saturated(growth[0], produced * growth[1]):
                     add(f"stage:{svc}", "capacity", rate, "msg/s")
             if svc == "features":
                 achieved = rate

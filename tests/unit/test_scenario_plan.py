@@ -21,6 +21,7 @@ from loadtests.load_plan import (
     second_half_growth,
     settle_s,
     slope,
+    step_rate_between,
     step_windows,
 )
 
@@ -78,6 +79,48 @@ def test_rate_between_uses_first_and_last_sample_inside() -> None:
     assert rate_between(samples, 1.0, 3.0) == pytest.approx(250.0)
     assert rate_between(samples, 4.0, 9.0) is None
     assert rate_between([(1.0, 5.0)], 0.0, 2.0) is None
+
+
+def _committed_every(interval_s: int, rate: float, seconds: int) -> list[tuple[float, float]]:
+    """Committed offsets sampled once a second of a stage consuming `rate`/s and committing every `interval_s`."""
+    return [(float(t), float(rate * (t - t % interval_s))) for t in range(seconds + 1)]
+
+
+def test_step_rate_between_sees_a_steady_stage_through_commits_sparser_than_the_window() -> None:
+    committed = _committed_every(5, 500.0, 40)
+    # 6 s windows hold one commit or none: first-to-last sample inside reads 0 or 833/s.
+    assert rate_between(committed, 21.0, 24.0) == 0.0
+    for start in range(10, 30):
+        assert step_rate_between(committed, float(start), start + 6.0) == pytest.approx(500.0)
+    assert step_rate_between(_committed_every(1, 500.0, 40), 10.0, 16.0) == pytest.approx(500.0)
+
+
+def test_step_rate_between_of_an_idle_or_barely_started_stage() -> None:
+    idle = [(float(t), 1234.0) for t in range(10)]
+    assert step_rate_between(idle, 2.0, 8.0) == 0.0
+    one_commit = [(0.0, 0.0), (1.0, 0.0), (2.0, 900.0), (3.0, 900.0)]
+    assert step_rate_between(one_commit, 0.0, 3.0) == pytest.approx(300.0)
+    assert step_rate_between([(1.0, 5.0)], 0.0, 2.0) is None
+
+
+def test_backlog_growth_reads_the_lag_after_commits() -> None:
+    from loadtests.run_metrics import backlog_growth, saturated
+
+    committed = _committed_every(5, 500.0, 40)
+    keeping_up = [(t, int(500 * t - c)) for t, c in committed]  # saw-tooth of up to 5 s of input
+    assert backlog_growth(keeping_up, committed, 19.0, 31.0) == (0.0, 10.0)
+    growth = backlog_growth(keeping_up, committed, 21.0, 24.0)  # no commit inside: the nearest on each side
+    assert growth == (0.0, 5.0)
+    assert not saturated(growth[0], 500 * growth[1])
+    sawtooth_only = keeping_up[24][1] - keeping_up[21][1]
+    assert saturated(sawtooth_only, 500 * 3)  # what reading first and last sample in the window concluded
+    falling_behind = [(t, int(800 * t - c)) for t, c in committed]  # 800/s arrive, 500/s consumed
+    grew, seconds = backlog_growth(falling_behind, committed, 20.0, 36.0) or (0.0, 0.0)
+    assert grew / seconds == pytest.approx(300.0)
+    assert saturated(grew, 800 * seconds)
+    never_committed = [(float(t), 0.0) for t in range(10)]
+    stuck = [(t, 100 * int(t)) for t, _ in never_committed]
+    assert backlog_growth(stuck, never_committed, 2.0, 8.0) == (600.0, 6.0)
 
 
 def test_slope_and_second_half_growth() -> None:
