@@ -92,7 +92,7 @@ class AnomalyProcessor:
                 attrs: dict[str, Any] = {names.NODE_NAME: node, names.ANOMALY_SCORE: score,
                                          names.MODEL_VERSION: version}
                 with stage_span(names.SPAN_ANOMALY_INFER, headers_of(event), topic=event.message.topic,
-                                group=self.group, attributes=attrs) as (_, ctx):
+                                group=self.group, attributes=attrs) as ctx:
                     await self.sink.send(OUT_TOPIC, node, out, ctx)
                 self.emitted += 1
         finally:

@@ -193,6 +193,6 @@ class FeaturesProcessor:
             await self.sink.dead_letter_record(record, f"window {window.ts_ms} not published: {exc}", "processing")
             return
         with stage_span(names.SPAN_FEATURES_WINDOW, record.headers, topic=record.topic, group=self.group,
-                        attributes={names.NODE_NAME: window.node}) as (_, ctx):
+                        attributes={names.NODE_NAME: window.node}) as ctx:
             await self.sink.send(OUT_TOPIC, window.node, vector, ctx)
         self.emitted += 1

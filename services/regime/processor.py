@@ -193,6 +193,6 @@ class RegimeProcessor:
         attrs: dict[str, Any] = {names.NODE_NAME: label.node, names.REGIME_LABEL: label.regime,
                                  names.REGIME_CONFIDENCE: label.confidence, names.MODEL_VERSION: version}
         with stage_span(names.SPAN_REGIME_INFER, headers_of(event), topic=event.message.topic, group=self.group,
-                        attributes=attrs) as (_, ctx):
+                        attributes=attrs) as ctx:
             await self.sink.send(OUT_TOPIC, label.node, label, ctx)
         self.emitted += 1

@@ -228,7 +228,7 @@ class RiskProcessor:
         if risk.node:
             attrs[names.NODE_NAME] = risk.node
         with stage_span(names.SPAN_RISK_INFER, headers, topic=self.settings.topic(TASK_TOPIC), group=self.group,
-                        attributes=attrs, links=links) as (_, ctx):
+                        attributes=attrs, links=links) as ctx:
             await self.sink.send(OUT_TOPIC, key, risk, ctx)
         self.emitted += 1
 

@@ -3,36 +3,64 @@
 The batch loop does not extract W3C context from input headers or inject it into what it
 produces (and OpenTelemetry's aiokafka instrumentation would start new root traces), so
 processors call :func:`stage_span` with the input's headers: the span is a child of the
-input's producer span, and its context is passed to ``Sink.send`` so the output's
+input's producer span, and the context it yields is passed to ``Sink.send`` so the output's
 ``traceparent`` names it. A fan-in (one output from several inputs) passes the other
 inputs' contexts as ``links``.
 
-This runs once per output message in every stage, so it is kept lean: a small class
-instead of a ``@contextmanager`` generator, no copy of empty ``links``. The span itself
-(name, kind, parent, attributes, links) is exactly what it always was.
+This runs once per output message in every stage, so it is kept lean. In the common case
+(a sampled remote parent, no links, plain attribute values, the SDK set up as
+``services.runtime.telemetry`` does it: a parent-based sampler, batch or simple span
+processors, no attribute length limit, no SDK self-metrics) the span is not built through
+``Tracer.start_span``: its context is made as the SDK makes it and, when the ``with`` ends,
+the finished ``ReadableSpan`` is handed to the span processors as ``Span.end`` would. That
+skips the SDK's per-span sampler call, attribute cleaning, locks and ``on_start`` hooks
+(about 19 → 6 µs per output). Every other case goes through the SDK. Both give the same
+spans, ids, flags and header bytes (``tests/unit/test_trace_fastpath.py``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span, SpanKind, set_span_in_context
+from opentelemetry.sdk.trace import ReadableSpan, SynchronousMultiSpanProcessor
+from opentelemetry.sdk.trace import Tracer as SdkTracer
+from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    ProxyTracer,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    set_span_in_context,
+)
 from opentelemetry.util.types import AttributeValue
 
 from contracts import telemetry as names
 from contracts.headers import extract_trace
 
-tracer = trace.get_tracer("borg.stream")
+tracer: trace.Tracer = trace.get_tracer("borg.stream")
 
 _CONSUMER = SpanKind.CONSUMER
 _SYSTEM = names.MESSAGING_SYSTEM
 _OPERATION = names.MESSAGING_OPERATION
 _DESTINATION = names.MESSAGING_DESTINATION
 _GROUP = names.MESSAGING_CONSUMER_GROUP
+
+# Processors whose on_start and _on_ending do nothing: skipping those calls changes nothing.
+_QUIET_START = (BatchSpanProcessor, SimpleSpanProcessor)
+# Attribute values the SDK keeps as they are (no copy, no conversion) when no length limit is set.
+_PLAIN_VALUES = (str, bool, int, float)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_SAMPLED_RANDOM = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
 
 
 def link_to(headers: Sequence[tuple[str, bytes]] | None) -> Link | None:
@@ -41,11 +69,86 @@ def link_to(headers: Sequence[tuple[str, bytes]] | None) -> Link | None:
     return Link(ctx) if ctx.is_valid else None
 
 
-class _StageSpan:
-    """The context manager :func:`stage_span` returns: starts the span on entry (like the
-    generator it replaces) and ends it on exit, letting exceptions through."""
+class _Direct:
+    """What the direct path needs from one SDK tracer and its current span processors."""
 
-    __slots__ = ("_attributes", "_group", "_headers", "_links", "_name", "_span", "_topic")
+    __slots__ = ("info", "max_attributes", "new_span_id", "processors", "resource", "scope", "source", "tracer")
+
+    def __init__(self, sdk: SdkTracer, source: tuple[Any, ...]) -> None:
+        self.tracer = sdk
+        self.source = source
+        self.processors: tuple[Any, ...] = source
+        self.new_span_id = sdk.id_generator.generate_span_id
+        self.resource = sdk.resource
+        self.scope = sdk._instrumentation_scope
+        self.info = sdk.instrumentation_info
+        self.max_attributes: int = sdk._span_limits.max_span_attributes or 0
+
+
+def _processors_of(sdk: SdkTracer) -> tuple[Any, ...] | None:
+    multi = sdk.span_processor
+    if type(multi) is not SynchronousMultiSpanProcessor:
+        return None
+    return multi._span_processors
+
+
+def _direct_for(sdk_or_proxy: trace.Tracer, cached: _Direct | None) -> _Direct | None:
+    """The direct path's view of ``sdk_or_proxy``, or None when only the SDK's own path is exact."""
+    sdk: Any = sdk_or_proxy._tracer if isinstance(sdk_or_proxy, ProxyTracer) else sdk_or_proxy
+    if type(sdk) is not SdkTracer:
+        return None
+    processors = _processors_of(sdk)
+    if processors is None:
+        return None
+    if cached is not None and cached.tracer is sdk and cached.source is processors:
+        return cached if sdk._is_enabled() else None
+    sampler = sdk.sampler
+    limits = sdk._span_limits
+    if (not sdk._is_enabled() or type(sdk._tracer_metrics) is not NoOpTracerMetrics
+            or type(sampler) is not ParentBased or sampler._remote_parent_sampled is not ALWAYS_ON
+            or limits.max_span_attribute_length is not None or not limits.max_span_attributes
+            or any(type(p) not in _QUIET_START for p in processors)):
+        return None
+    return _Direct(sdk, processors)
+
+
+_direct: _Direct | None = None
+
+
+class _DirectSpan:
+    """A span made as ``Tracer.start_span`` makes it for a sampled remote parent, ended on exit."""
+
+    __slots__ = ("_attributes", "_context", "_direct", "_name", "_parent", "_start")
+
+    def __init__(self, direct: _Direct, name: str, parent: SpanContext, attributes: dict[str, AttributeValue]) -> None:
+        self._direct = direct
+        self._name = name
+        self._parent = parent
+        self._attributes = attributes
+        flags = _SAMPLED_RANDOM if parent.trace_flags.random_trace_id else _SAMPLED
+        self._context = SpanContext(parent.trace_id, direct.new_span_id(), False, flags, parent.trace_state)
+        self._start = time.time_ns()
+
+    def finish(self) -> None:
+        d = self._direct
+        span = ReadableSpan(self._name, self._context, self._parent, d.resource, self._attributes, (), (), _CONSUMER,
+                            d.info, start_time=self._start, end_time=time.time_ns(), instrumentation_scope=d.scope)
+        for processor in d.processors:
+            processor.on_end(span)
+
+
+def _plain(attrs: dict[str, AttributeValue], caller: Mapping[str, AttributeValue] | None) -> bool:
+    """Every attribute is one the SDK would keep as it is (the four messaging keys are ours)."""
+    if type(attrs[_DESTINATION]) is not str or type(attrs[_GROUP]) is not str:
+        return False
+    return not caller or all(type(v) in _PLAIN_VALUES and type(k) is str and k for k, v in caller.items())
+
+
+class _StageSpan:
+    """The context manager :func:`stage_span` returns: starts the span on entry and ends it on
+    exit, letting exceptions through (nothing is recorded on the span, as before)."""
+
+    __slots__ = ("_attributes", "_direct_span", "_group", "_headers", "_links", "_name", "_span", "_topic")
 
     def __init__(self, name: str, headers: Sequence[tuple[str, bytes]] | None, topic: str, group: str,
                  attributes: Mapping[str, AttributeValue] | None, links: Sequence[Link]) -> None:
@@ -55,9 +158,11 @@ class _StageSpan:
         self._group = group
         self._attributes = attributes
         self._links = links
-        self._span: Span | None = None
+        self._span: trace.Span | None = None
+        self._direct_span: _DirectSpan | None = None
 
-    def __enter__(self) -> tuple[Span, otel_context.Context]:
+    def __enter__(self) -> otel_context.Context:
+        global _direct
         parent = extract_trace(self._headers)
         attrs: dict[str, AttributeValue] = {
             _SYSTEM: "kafka",
@@ -68,18 +173,27 @@ class _StageSpan:
         if self._attributes:
             attrs.update(self._attributes)  # caller attributes win, as before
         links = self._links
-        span = tracer.start_span(self._name, context=parent, kind=_CONSUMER, attributes=attrs,
-                                 links=list(links) if links else ())  # the SDK turns [] into () anyway
-        self._span = span
+        if not links:
+            parent_context = trace.get_current_span(parent).get_span_context()
+            if parent_context.is_remote and parent_context.trace_flags.sampled and parent_context.is_valid:
+                direct = _direct = _direct_for(tracer, _direct)
+                if direct is not None and len(attrs) <= direct.max_attributes and _plain(attrs, self._attributes):
+                    span = self._direct_span = _DirectSpan(direct, self._name, parent_context, attrs)
+                    return set_span_in_context(NonRecordingSpan(span._context), parent)
+        sdk_span = tracer.start_span(self._name, context=parent, kind=_CONSUMER, attributes=attrs,
+                                     links=list(links) if links else ())  # the SDK turns [] into () anyway
+        self._span = sdk_span
         try:
-            return span, set_span_in_context(span, parent)
+            return set_span_in_context(sdk_span, parent)
         except BaseException:
-            span.end()
+            sdk_span.end()
             raise
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._span is not None:
+        if self._direct_span is not None:
+            self._direct_span.finish()
+        elif self._span is not None:
             self._span.end()
 
 
@@ -91,6 +205,7 @@ def stage_span(
     group: str,
     attributes: Mapping[str, AttributeValue] | None = None,
     links: Sequence[Link] = (),
-) -> AbstractContextManager[tuple[Span, otel_context.Context]]:
-    """A CONSUMER span continuing the trace in ``headers``; the ``with`` target is the span and its context."""
+) -> AbstractContextManager[otel_context.Context]:
+    """A CONSUMER span continuing the trace in ``headers``; the ``with`` target is the context to
+    produce under (``Sink.send(..., ctx)``), whose current span is this one."""
     return _StageSpan(span_name, headers, topic, group, attributes, links)

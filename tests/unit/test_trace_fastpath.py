@@ -14,15 +14,18 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.propagate import get_global_textmap, set_global_textmap
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import TextMapPropagator
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -64,7 +67,7 @@ def old_stage_span(
     group: str,
     attributes: Mapping[str, AttributeValue] | None = None,
     links: Sequence[Link] = (),
-) -> Iterator[tuple[Span, otel_context.Context]]:
+) -> Iterator[otel_context.Context]:
     parent = old_extract_trace(headers)
     attrs: dict[str, AttributeValue] = {
         names.MESSAGING_SYSTEM: "kafka",
@@ -76,7 +79,7 @@ def old_stage_span(
     span = stream_trace.tracer.start_span(span_name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs,
                                           links=list(links))
     try:
-        yield span, trace.set_span_in_context(span, parent)
+        yield trace.set_span_in_context(span, parent)
     finally:
         span.end()
 
@@ -501,10 +504,12 @@ def test_stage_span_is_a_child_of_the_input_and_outputs_name_it(
     attrs: dict[str, AttributeValue] = {names.NODE_NAME: "n1", names.MODEL_VERSION: "r1",
                                         names.REGIME_LABEL: "cpu_bound", names.REGIME_CONFIDENCE: 0.75}
     with stream_trace.stage_span("regime infer", [("schema", b"features.v1"), ("traceparent", TP)],
-                                 topic="p-features.v1", group="regime", attributes=attrs) as (span, ctx):
+                                 topic="p-features.v1", group="regime", attributes=attrs) as ctx:
         out = hdr.build_headers("regimes.v1", ctx)
-        assert span.is_recording()
+        assert exporter.get_finished_spans() == ()  # ended when the with ends
     (finished,) = exporter.get_finished_spans()
+    assert finished.start_time is not None and finished.end_time is not None
+    assert finished.start_time <= finished.end_time
     assert finished.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
     assert finished.parent is not None and finished.parent.span_id == 0xB7AD6B7169203331 and finished.parent.is_remote
     assert finished.kind is SpanKind.CONSUMER
@@ -524,8 +529,9 @@ def test_unsampled_parent_gives_an_unrecorded_child_with_the_same_trace(
         spans: tuple[InMemorySpanExporter, _CountingIds]) -> None:
     exporter, _ = spans
     unsampled = TP[:-2] + b"00"
-    with stream_trace.stage_span("x", [("traceparent", unsampled)], topic="t", group="g") as (span, ctx):
+    with stream_trace.stage_span("x", [("traceparent", unsampled)], topic="t", group="g") as ctx:
         out = hdr.build_headers("y", ctx)
+    span = trace.get_current_span(ctx)
     assert not span.is_recording() and exporter.get_finished_spans() == ()
     sc = span.get_span_context()
     assert sc.trace_id == 0x0AF7651916CD43DD8448EB211C80319C and sc.span_id != 0xB7AD6B7169203331
@@ -534,7 +540,7 @@ def test_unsampled_parent_gives_an_unrecorded_child_with_the_same_trace(
 
 def _run(stage: Any, headers: Any, attributes: Any, links: Any) -> list[tuple[str, bytes]]:
     with stage("risk infer", headers, topic="p-taskevents.v1", group="risk", attributes=attributes,
-               links=links) as (_, ctx):
+               links=links) as ctx:
         return hdr.build_headers("risk.v1", ctx)
 
 
@@ -563,6 +569,107 @@ def test_stage_span_matches_the_old_generator_span_for_span(
         assert results[0] == results[1], headers
         compared += bool(results[0][1])
     assert compared > 100
+
+
+def _otlp_bytes(spans: Sequence[ReadableSpan]) -> bytes:
+    """The spans as the OTLP exporters send them, with the (differing) start and end times zeroed."""
+    request = encode_spans(spans)
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                assert 0 < span.start_time_unix_nano <= span.end_time_unix_nano
+                span.start_time_unix_nano = span.end_time_unix_nano = 0
+    return bytes(request.SerializeToString())
+
+
+@pytest.mark.parametrize("processor", ["batch", "simple"])
+def test_direct_spans_export_exactly_as_sdk_spans(processor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = _CountingIds()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(1.0)), id_generator=ids,
+                              resource=Resource.create({"service.name": "regime"}))
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter) if processor == "batch" else SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(stream_trace, "tracer", provider.get_tracer("borg.stream"))
+    sdk_calls = _count_sdk_spans(monkeypatch)
+    rng = random.Random(11)
+    direct = 0
+    for i in range(200):
+        headers = [("schema", b"features.v1"), ("traceparent", random_traceparent(rng))]
+        attributes: Any = rng.choice([None, {names.NODE_NAME: f"n{i}"},
+                                      {names.NODE_NAME: "n", names.REGIME_LABEL: "llc", names.REGIME_CONFIDENCE: 0.5,
+                                       names.MODEL_VERSION: "v", "flag": True, "count": 3}])
+        encoded = []
+        for stage in (old_stage_span, stream_trace.stage_span):
+            ids.reset()
+            exporter.clear()
+            before = sdk_calls[0]
+            out = _run(stage, headers, attributes, ())
+            direct += stage is stream_trace.stage_span and sdk_calls[0] == before
+            provider.force_flush()
+            finished = exporter.get_finished_spans()
+            encoded.append((out, [_span_view(f) for f in finished], _otlp_bytes(finished) if finished else b"",
+                            [(f.dropped_attributes, f.dropped_events, f.dropped_links) for f in finished]))
+        assert encoded[0] == encoded[1], headers
+    assert direct > 50  # the well-formed sampled parents took the direct path
+    provider.shutdown()
+
+
+def _count_sdk_spans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """[spans started through the SDK tracer stage_span uses]."""
+    calls = [0]
+    real = stream_trace.tracer.start_span
+
+    def counted(*args: Any, **kwargs: Any) -> Span:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stream_trace.tracer, "start_span", counted)
+    return calls
+
+
+class _OtherProcessor(SpanProcessor):
+    """A processor whose on_start may do anything: the direct path must not skip it."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        self.started += 1
+
+
+def test_only_the_exact_common_case_takes_the_direct_path(
+        spans: tuple[InMemorySpanExporter, _CountingIds], monkeypatch: pytest.MonkeyPatch) -> None:
+    exporter, _ = spans
+    sdk_calls = _count_sdk_spans(monkeypatch)
+    link = Link(SpanContext(0xAA, 0xBB, is_remote=True, trace_flags=TraceFlags(1)))
+    cases: list[tuple[Any, Any, Sequence[Link], bool]] = [
+        ([("traceparent", TP)], {names.NODE_NAME: "n"}, (), True),
+        ([("traceparent", TP)], {names.NODE_NAME: "n"}, (link,), False),  # links: the SDK validates them
+        ([("traceparent", TP[:-2] + b"00")], None, (), False),  # unsampled parent
+        (None, None, (), False),  # a new root: the root sampler decides
+        ([("traceparent", TP)], {"xs": ["a"]}, (), False),  # sequences are copied by the SDK
+        ([("traceparent", TP)], {"score": np.float64(0.5)}, (), False),  # not a plain float
+        ([("traceparent", TP)], {"": "empty key"}, (), False),  # dropped with a warning by the SDK
+    ]
+    for headers, attributes, links, direct in cases:
+        before = sdk_calls[0]
+        with stream_trace.stage_span("x", headers, topic="t", group="g", attributes=attributes, links=links):
+            pass
+        assert (sdk_calls[0] == before) is direct, (headers, attributes, links)
+    assert len(exporter.get_finished_spans()) == 6  # the unsampled one is not exported
+    other = _OtherProcessor()
+    stream_trace.tracer.span_processor.add_span_processor(other)  # type: ignore[attr-defined]
+    before = sdk_calls[0]
+    with stream_trace.stage_span("x", [("traceparent", TP)], topic="t", group="g"):
+        pass
+    assert sdk_calls[0] == before + 1 and other.started == 1
+
+
+def test_no_direct_path_without_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream_trace, "tracer", trace.NoOpTracer())
+    with stream_trace.stage_span("x", [("traceparent", TP)], topic="t", group="g") as ctx:
+        out = hdr.build_headers("y", ctx)
+    assert hdr.header(out, "traceparent") == TP.decode()  # a no-op tracer passes the parent on
 
 
 def test_stage_span_ends_the_span_and_lets_exceptions_through(
