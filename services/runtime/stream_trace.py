@@ -7,15 +7,16 @@ input's producer span, and the context it yields is passed to ``Sink.send`` so t
 ``traceparent`` names it. A fan-in (one output from several inputs) passes the other
 inputs' contexts as ``links``.
 
-This runs once per output message in every stage, so it is kept lean. In the common case
-(a sampled remote parent, no links, plain attribute values, the SDK set up as
-``services.runtime.telemetry`` does it: a parent-based sampler, batch or simple span
-processors, no attribute length limit, no SDK self-metrics) the span is not built through
-``Tracer.start_span``: its context is made as the SDK makes it and, when the ``with`` ends,
-the finished ``ReadableSpan`` is handed to the span processors as ``Span.end`` would. That
-skips the SDK's per-span sampler call, attribute cleaning, locks and ``on_start`` hooks
-(about 19 → 6 µs per output). Every other case goes through the SDK. Both give the same
-spans, ids, flags and header bytes (``tests/unit/test_trace_fastpath.py``).
+This runs once per output message in every stage, so it is kept lean. In the common cases
+(a sampled remote parent, or none: a new root; no links; plain attribute values; the SDK
+set up as ``services.runtime.telemetry`` does it: a parent-based sampler over a ratio or
+always-on root, batch or simple span processors, no attribute length limit, no SDK
+self-metrics) the span is not built through ``Tracer.start_span``: its context is made as
+the SDK makes it (same ids drawn in the same order, same flags and sampling decision) and,
+when the ``with`` ends, the finished ``ReadableSpan`` is handed to the span processors as
+``Span.end`` would. That skips the SDK's per-span sampler call, attribute cleaning, locks
+and ``on_start`` hooks (about 19 → 8 µs per output). Every other case goes through the SDK.
+Both give the same spans, ids, flags and header bytes (``tests/unit/test_trace_fastpath.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -61,6 +62,9 @@ _QUIET_START = (BatchSpanProcessor, SimpleSpanProcessor)
 _PLAIN_VALUES = (str, bool, int, float)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _SAMPLED_RANDOM = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+_UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_UNSAMPLED_RANDOM = TraceFlags(TraceFlags.DEFAULT | TraceFlags.RANDOM_TRACE_ID)
+_TRACE_ID_LIMIT = TraceIdRatioBased.TRACE_ID_LIMIT
 
 
 def link_to(headers: Sequence[tuple[str, bytes]] | None) -> Link | None:
@@ -72,13 +76,18 @@ def link_to(headers: Sequence[tuple[str, bytes]] | None) -> Link | None:
 class _Direct:
     """What the direct path needs from one SDK tracer and its current span processors."""
 
-    __slots__ = ("info", "max_attributes", "new_span_id", "processors", "resource", "scope", "source", "tracer")
+    __slots__ = ("info", "max_attributes", "new_span_id", "new_trace_id", "processors", "random_ids", "resource",
+                 "root_bound", "scope", "source", "tracer")
 
-    def __init__(self, sdk: SdkTracer, source: tuple[Any, ...]) -> None:
+    def __init__(self, sdk: SdkTracer, source: tuple[Any, ...], root_bound: int | None) -> None:
         self.tracer = sdk
         self.source = source
         self.processors: tuple[Any, ...] = source
+        self.root_bound = root_bound
+        """A new root is sampled when ``trace_id & TRACE_ID_LIMIT < root_bound`` (None: the SDK decides)."""
         self.new_span_id = sdk.id_generator.generate_span_id
+        self.new_trace_id = sdk.id_generator.generate_trace_id
+        self.random_ids = sdk.id_generator.is_trace_id_random()
         self.resource = sdk.resource
         self.scope = sdk._instrumentation_scope
         self.info = sdk.instrumentation_info
@@ -109,24 +118,50 @@ def _direct_for(sdk_or_proxy: trace.Tracer, cached: _Direct | None) -> _Direct |
             or limits.max_span_attribute_length is not None or not limits.max_span_attributes
             or any(type(p) not in _QUIET_START for p in processors)):
         return None
-    return _Direct(sdk, processors)
+    root = sampler._root
+    root_bound = (_TRACE_ID_LIMIT + 1 if root is ALWAYS_ON
+                  else root.bound if type(root) is TraceIdRatioBased else None)
+    return _Direct(sdk, processors, root_bound)
 
 
 _direct: _Direct | None = None
 
 
+def _direct_context(direct: _Direct, parent: SpanContext) -> tuple[SpanContext, bool] | None:
+    """The new span's context as ``Tracer.start_span`` makes it, and whether it is sampled (None: ask the SDK).
+
+    A sampled remote parent: its child, sampled (the parent-based sampler's ALWAYS_ON). No
+    valid parent: a new root, sampled by the root sampler's ratio on the new trace id (the ids
+    are drawn in the SDK's order: trace, then span). Anything else, e.g. a parent that was not
+    sampled, a local parent: the SDK.
+    """
+    if parent.is_valid:
+        if not (parent.is_remote and parent.trace_flags.sampled):
+            return None
+        flags = _SAMPLED_RANDOM if parent.trace_flags.random_trace_id else _SAMPLED
+        return SpanContext(parent.trace_id, direct.new_span_id(), False, flags, parent.trace_state), True
+    bound = direct.root_bound
+    if bound is None:
+        return None
+    trace_id = direct.new_trace_id()
+    sampled = (trace_id & _TRACE_ID_LIMIT) < bound
+    flags = (_SAMPLED if sampled else _UNSAMPLED) if not direct.random_ids else \
+        (_SAMPLED_RANDOM if sampled else _UNSAMPLED_RANDOM)
+    return SpanContext(trace_id, direct.new_span_id(), False, flags, None), sampled
+
+
 class _DirectSpan:
-    """A span made as ``Tracer.start_span`` makes it for a sampled remote parent, ended on exit."""
+    """A sampled span made as ``Tracer.start_span`` makes it, handed to the processors on exit."""
 
     __slots__ = ("_attributes", "_context", "_direct", "_name", "_parent", "_start")
 
-    def __init__(self, direct: _Direct, name: str, parent: SpanContext, attributes: dict[str, AttributeValue]) -> None:
+    def __init__(self, direct: _Direct, name: str, context: SpanContext, parent: SpanContext | None,
+                 attributes: dict[str, AttributeValue]) -> None:
         self._direct = direct
         self._name = name
+        self._context = context
         self._parent = parent
         self._attributes = attributes
-        flags = _SAMPLED_RANDOM if parent.trace_flags.random_trace_id else _SAMPLED
-        self._context = SpanContext(parent.trace_id, direct.new_span_id(), False, flags, parent.trace_state)
         self._start = time.time_ns()
 
     def finish(self) -> None:
@@ -174,12 +209,16 @@ class _StageSpan:
             attrs.update(self._attributes)  # caller attributes win, as before
         links = self._links
         if not links:
-            parent_context = trace.get_current_span(parent).get_span_context()
-            if parent_context.is_remote and parent_context.trace_flags.sampled and parent_context.is_valid:
-                direct = _direct = _direct_for(tracer, _direct)
-                if direct is not None and len(attrs) <= direct.max_attributes and _plain(attrs, self._attributes):
-                    span = self._direct_span = _DirectSpan(direct, self._name, parent_context, attrs)
-                    return set_span_in_context(NonRecordingSpan(span._context), parent)
+            direct = _direct = _direct_for(tracer, _direct)
+            if direct is not None and len(attrs) <= direct.max_attributes and _plain(attrs, self._attributes):
+                parent_context = trace.get_current_span(parent).get_span_context()
+                made = _direct_context(direct, parent_context)
+                if made is not None:
+                    context, sampled = made
+                    if sampled:
+                        self._direct_span = _DirectSpan(direct, self._name, context,
+                                                        parent_context if parent_context.is_valid else None, attrs)
+                    return set_span_in_context(NonRecordingSpan(context), parent)
         sdk_span = tracer.start_span(self._name, context=parent, kind=_CONSUMER, attributes=attrs,
                                      links=list(links) if links else ())  # the SDK turns [] into () anyway
         self._span = sdk_span

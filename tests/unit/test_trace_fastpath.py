@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
@@ -614,6 +614,52 @@ def test_direct_spans_export_exactly_as_sdk_spans(processor: str, monkeypatch: p
     provider.shutdown()
 
 
+class _SeededIds(IdGenerator):
+    """Random ids from a seed (reset to replay the same ids): trace ids above and below any ratio bound."""
+
+    def __init__(self, random_ids: bool) -> None:
+        self.random_ids = random_ids
+        self.rng = random.Random(0)
+
+    def reset(self) -> None:
+        self.rng = random.Random(0)
+
+    def generate_span_id(self) -> int:
+        return self.rng.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self.rng.getrandbits(128) or 1
+
+    def is_trace_id_random(self) -> bool:
+        return self.random_ids
+
+
+@pytest.mark.parametrize(("root", "random_ids"), [(TraceIdRatioBased(0.5), True), (TraceIdRatioBased(0.25), False),
+                                                  (ALWAYS_ON, True), (TraceIdRatioBased(0.0), True)])
+def test_new_roots_are_sampled_and_flagged_as_the_sdk_does(root: Any, random_ids: bool,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = _SeededIds(random_ids)
+    provider = TracerProvider(sampler=ParentBased(root), id_generator=ids)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(stream_trace, "tracer", provider.get_tracer("borg.stream"))
+    sdk_calls = _count_sdk_spans(monkeypatch)
+    zero_trace = b"00-" + b"0" * 32 + b"-" + b"1" * 16 + b"-01"  # an invalid parent: a root too
+    no_context: list[Any] = [None, [], [("schema", b"nodestate.v1")], [("traceparent", zero_trace)]]
+    results = []
+    for stage in (old_stage_span, stream_trace.stage_span):
+        ids.reset()
+        exporter.clear()
+        outs = [_run(stage, no_context[i % len(no_context)], {names.NODE_NAME: f"n{i}"}, ()) for i in range(200)]
+        results.append((outs, [_span_view(f) for f in exporter.get_finished_spans()]))
+    assert results[0] == results[1]
+    assert sdk_calls[0] == 200  # only the oracle went through the SDK
+    sampled = len(results[0][1])
+    assert {0.5: 60 < sampled < 140, 0.25: 20 < sampled < 80, 1.0: sampled == 200, 0.0: sampled == 0}[
+        root.rate if isinstance(root, TraceIdRatioBased) else 1.0]
+    provider.shutdown()
+
+
 def _count_sdk_spans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """[spans started through the SDK tracer stage_span uses]."""
     calls = [0]
@@ -646,7 +692,7 @@ def test_only_the_exact_common_case_takes_the_direct_path(
         ([("traceparent", TP)], {names.NODE_NAME: "n"}, (), True),
         ([("traceparent", TP)], {names.NODE_NAME: "n"}, (link,), False),  # links: the SDK validates them
         ([("traceparent", TP[:-2] + b"00")], None, (), False),  # unsampled parent
-        (None, None, (), False),  # a new root: the root sampler decides
+        (None, None, (), True),  # a new root, sampled by the ratio sampler's rule
         ([("traceparent", TP)], {"xs": ["a"]}, (), False),  # sequences are copied by the SDK
         ([("traceparent", TP)], {"score": np.float64(0.5)}, (), False),  # not a plain float
         ([("traceparent", TP)], {"": "empty key"}, (), False),  # dropped with a warning by the SDK
@@ -657,6 +703,7 @@ def test_only_the_exact_common_case_takes_the_direct_path(
             pass
         assert (sdk_calls[0] == before) is direct, (headers, attributes, links)
     assert len(exporter.get_finished_spans()) == 6  # the unsampled one is not exported
+    assert [s.parent is None for s in exporter.get_finished_spans()] == [False, False, True, False, False, False]
     other = _OtherProcessor()
     stream_trace.tracer.span_processor.add_span_processor(other)  # type: ignore[attr-defined]
     before = sdk_calls[0]
