@@ -47,6 +47,7 @@ class Sink:
             request_timeout_ms=120_000,
         )
         self._pending: list[asyncio.Future[Any]] = []
+        self._sent_counters: dict[str, Any] = {}
         self.dead_lettered = 0
         self.produced = 0
 
@@ -73,7 +74,10 @@ class Sink:
                     partition: int | None = None) -> None:
         fut = await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
         self._pending.append(fut)
-        MESSAGES_OUT.labels(topic).inc()
+        counter = self._sent_counters.get(topic)
+        if counter is None:  # labels() per message was ~1.5 µs of every send
+            counter = self._sent_counters[topic] = MESSAGES_OUT.labels(topic)
+        counter.inc()
 
     async def send(self, base_topic: str, key: str, value: Contract, ctx: otel_context.Context | None) -> None:
         """A contract message with content-type, schema and the trace context ``ctx``."""
