@@ -2,6 +2,9 @@
 
 - kafka: Kafka's own ProducerPerformance / ConsumerPerformance (the broker's ceiling here);
 - passthrough: raw aiokafka consume → produce with no processing (a Python stage's ceiling).
+
+Both work on scratch topics (``bench-native-<hex>``, ``bench-pt-<hex>-in``/``-out``) that are
+deleted when they end, failed or not.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from loadtests.bench_format import ROOT, Result
+from loadtests.procs import delete_topics
 
 RECORD_BYTES = 700  # about one NodeState in JSON
 
@@ -28,8 +32,16 @@ def _kafka_classpath() -> str:
 
 
 def kafka_native(bootstrap: str, quick: bool) -> list[Result]:
-    records = 200_000 if quick else 1_000_000
+    """Kafka's own tools on a scratch topic, deleted afterwards (it holds ~700 MB in a full run)."""
     topic = f"bench-native-{uuid.uuid4().hex[:8]}"
+    try:
+        return _kafka_native(bootstrap, quick, topic)
+    finally:
+        asyncio.run(delete_topics(bootstrap, topic))
+
+
+def _kafka_native(bootstrap: str, quick: bool, topic: str) -> list[Result]:
+    records = 200_000 if quick else 1_000_000
     cp = _kafka_classpath()
     produce = subprocess.run(
         [
@@ -90,8 +102,16 @@ def kafka_native(bootstrap: str, quick: bool) -> list[Result]:
 
 
 async def _passthrough(bootstrap: str, quick: bool) -> list[Result]:
+    namespace = f"bench-pt-{uuid.uuid4().hex[:8]}-"
+    try:
+        return await _passthrough_in(bootstrap, quick, namespace)
+    finally:
+        await delete_topics(bootstrap, namespace)
+
+
+async def _passthrough_in(bootstrap: str, quick: bool, namespace: str) -> list[Result]:
     count = 50_000 if quick else 200_000
-    src, dst = f"bench-pt-in-{uuid.uuid4().hex[:8]}", f"bench-pt-out-{uuid.uuid4().hex[:8]}"
+    src, dst = f"{namespace}in", f"{namespace}out"
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     await admin.create_topics([NewTopic(src, 6, 1), NewTopic(dst, 6, 1)])
