@@ -27,10 +27,10 @@ def summarize(topic: str, value: bytes | None, jaeger: str) -> str:
     if "proposals" in obj:
         weighed = ", ".join(f"{p['agent']}:{p['kind']}({p['score']:.2f})" for p in obj["proposals"])
         trace = f"  {jaeger}/trace/{obj['trace_id']}" if obj.get("trace_id") else ""
-        head = f"DECISION {obj['decision_id'][:12]} {where}: {obj['action']} [{obj['mode']}]"
+        head = f"DECISION {obj['decision_id']} {where}: {obj['action']} [{obj['mode']}]"
         return f"{head} — {obj['reason']} | weighed: {weighed}{trace}"
     if "outcome" in obj:
-        head = f"ACTION   {obj['decision_id'][:12]} {where}: {obj['action']} → {obj['outcome']}"
+        head = f"ACTION   {obj['decision_id']} {where}: {obj['action']} → {obj['outcome']}"
         return f"{head} ({obj.get('api_status')}) {obj['message'][:80]}"
     if "error_kind" in obj:
         where = f"{obj['source_topic']}[{obj['partition']}]@{obj['offset']}"
