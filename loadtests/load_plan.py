@@ -174,8 +174,10 @@ def step_rate_between(samples: Sequence[tuple[float, float]], start_s: float, en
     two steps (an idle stage, or a window before the second commit) this is ``rate_between``.
     """
     points = step_points(samples)
-    lo, hi = max(start_s, points[0][0]) if points else start_s, min(end_s, points[-1][0]) if points else end_s
-    if len(points) < 2 or hi - lo <= 0:
+    if len(points) < 2:
+        return rate_between(samples, start_s, end_s)
+    lo, hi = max(start_s, points[0][0]), min(end_s, points[-1][0])
+    if hi <= lo:
         return rate_between(samples, start_s, end_s)
     return (_interpolate(points, hi) - _interpolate(points, lo)) / (hi - lo)
 
