@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -19,22 +19,16 @@ import orjson
 import pytest
 
 import contracts.fast_featurevector as fast
-from contracts import AnomalyScore, ContractError, FeatureVector, RegimeLabel, decode
+from contracts import AnomalyScore, FeatureVector, RegimeLabel, decode
 from contracts.base import MAX_TS_MS, MIN_TS_MS, Contract
 from contracts.fast_featurevector import FeatureRow, assembler, decode_feature_row, row_of
 from featurelib.node_features import N_FEATURES, features_for_stream, node_feature_schema_hash, sample_from_dict
+from tests.unit.decoder_fuzz import SlowSpy, bytewise, outcome, random_value, run_mutations
 
 TS = 1_700_000_000_000
 
 
 # ------------------------------------------------------------------ helpers
-def outcome(fn: Callable[[bytes | None], Any], data: bytes | None) -> tuple[str, Any]:
-    try:
-        return "ok", fn(data)
-    except ContractError as exc:
-        return exc.kind, exc.message
-
-
 def reference(data: bytes | None) -> FeatureRow:
     return row_of(decode(FeatureVector, data))
 
@@ -51,18 +45,6 @@ def assert_agrees(data: bytes | None) -> str:
     else:
         assert got == want, data
     return want[0]
-
-
-class SlowSpy:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        original = fast._slow
-
-        def spy(data: bytes | None) -> FeatureRow:
-            self.calls += 1
-            return original(data)
-
-        monkeypatch.setattr(fast, "_slow", spy)
 
 
 # ------------------------------------------------------------------ valid messages
@@ -116,7 +98,7 @@ def test_fast_path_matches_the_pinned_model() -> None:
 
 
 def test_service_vectors_decode_like_pydantic_without_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = SlowSpy(monkeypatch)
+    spy = SlowSpy(monkeypatch, fast)
     vectors = simulator_vectors()
     assert len(vectors) >= 200
     for data in vectors:
@@ -129,7 +111,7 @@ def test_service_vectors_decode_like_pydantic_without_fallback(monkeypatch: pyte
 
 
 def test_other_layouts_decode_without_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = SlowSpy(monkeypatch)
+    spy = SlowSpy(monkeypatch, fast)
     for doc in edge_vectors():
         layouts = [
             orjson.dumps(doc),
@@ -144,7 +126,7 @@ def test_other_layouts_decode_without_fallback(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_json_ints_are_floats_as_in_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = SlowSpy(monkeypatch)
+    spy = SlowSpy(monkeypatch, fast)
     data = orjson.dumps(small_vector(values=[1.0, 0.0, 2.0], valid=[True, True, True])).replace(b".0", b"")
     assert b"[1,0,2]" in data
     row = decode_feature_row(data)
@@ -400,10 +382,7 @@ KEYS = [*FIELDS, "extra", "", "value", "Values"]
 
 
 def _random_value(rng: random.Random) -> Any:
-    if rng.random() < 0.25:
-        return "@@TOKEN@@"
-    value = rng.choice(VALUES)
-    return orjson.loads(orjson.dumps(value)) if isinstance(value, dict | list) else value
+    return random_value(rng, VALUES)
 
 
 class Mutator:
@@ -469,30 +448,8 @@ class Mutator:
         return doc, token, dup_key
 
     def bytewise(self, data: bytes) -> bytes:
-        rng = self.rng
-        op = rng.randrange(11)
-        i = rng.randrange(len(data) + 1)
-        if op == 0:
-            return data[:i]  # truncated
-        if op == 1:
-            return data[:i] + data[i + 1 :]
-        if op == 2:
-            return data[:i] + bytes([rng.randrange(256)]) + data[i + 1 :]
-        if op == 3:
-            return data[:i] + rng.choice([b" ", b"\n", b"\t", b"\r", b"\x0c", b"\xc2\xa0", b",", b":", b"]"]) + data[i:]
-        if op == 4:
-            return data.replace(b".0,", b",")  # integral floats as JSON ints
-        if op == 5:
-            return data.replace(b'"n', b'"\\u006e', 1)  # an escape that changes nothing
-        if op == 6:
-            return rng.choice([b"\xef\xbb\xbf", b" ", b"[", b"x"]) + data
-        if op == 7:
-            return data + rng.choice([b" ", b"\n", b"x", b"}", b"\x00", b",{}"])
-        if op == 8:
-            return rng.choice([b"NaN", b"not json", b"", b"[]", b"1", b'"x"', b"{}", b"null"])
-        if op == 9:
-            return data.replace(b"true", rng.choice([b"1", b"True", b"tru", b"false", b"null"]), 1)
-        return data.replace(b'"', b"'", 1)
+        return bytewise(self.rng, data, inserts=[b" ", b"\n", b"\t", b"\r", b"\x0c", b"\xc2\xa0", b",", b":", b"]"],
+                        swap_true=True)
 
 
 def fuzz_corpus() -> list[bytes]:
@@ -501,31 +458,13 @@ def fuzz_corpus() -> list[bytes]:
 
 
 def test_mutation_fuzzer_agrees_with_pydantic(monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = SlowSpy(monkeypatch)
+    spy = SlowSpy(monkeypatch, fast)
     rng = random.Random(20240611)
     mutator = Mutator(rng)
     corpus = fuzz_corpus()
-    kinds: dict[str, int] = {}
     mutations = 20_000
-    done = 0
-    while done < mutations:
-        doc = orjson.loads(rng.choice(corpus))
-        if rng.random() < 0.85:
-            doc, token, dup_key = mutator.structural(doc)
-            try:
-                data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 if rng.random() < 0.1 else None)
-            except TypeError:  # an int past 64 bits (those are spliced in as tokens instead)
-                continue
-            data = data.replace(b'"@@TOKEN@@"', token)
-            if dup_key:
-                data = data.replace(b'"@@DUP@@"', b'"' + dup_key + b'"')
-            if rng.random() < 0.1:
-                data = mutator.bytewise(data)
-        else:
-            data = mutator.bytewise(orjson.dumps(doc))
-        kind = assert_agrees(data)
-        kinds[kind] = kinds.get(kind, 0) + 1
-        done += 1
+    kinds = run_mutations(rng, corpus, structural=mutator.structural, mutate_bytes=mutator.bytewise,
+                          agrees=assert_agrees, mutations=mutations, structural_share=0.85, indent_share=0.1)
     # The fuzzer must exercise all three outcomes, and the fast path must have accepted
     # a good share of the valid mutants by itself.
     assert kinds.get("ok", 0) > 2_000, kinds

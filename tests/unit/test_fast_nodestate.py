@@ -11,19 +11,20 @@ from __future__ import annotations
 import math
 import random
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 import pytest
 
 import contracts.fast_nodestate as fast
-from contracts import ContractError, NodeState, decode
+from contracts import NodeState, decode
 from contracts.base import MAX_TS_MS, MIN_TS_MS
 from contracts.fast_nodestate import decode_nodestate_dict
 from services.node_agent.nodestate import counted, nodestate_dict, without_number
 from services.node_agent.recorded import alibaba_nodestate, parse_alibaba_line
 from simulator import SyntheticCluster
+from tests.unit.decoder_fuzz import SlowSpy, bytewise, outcome, random_value, run_mutations
 
 TS = 1_700_000_000_000
 
@@ -42,13 +43,6 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def outcome(fn: Callable[[bytes | None], Any], data: bytes | None) -> tuple[str, Any]:
-    try:
-        return "ok", fn(data)
-    except ContractError as exc:
-        return exc.kind, exc.message
-
-
 def reference(data: bytes | None) -> Any:
     return decode(NodeState, data).model_dump()
 
@@ -63,18 +57,6 @@ def assert_agrees(data: bytes | None) -> str:
     else:
         assert got == want, data
     return want[0]
-
-
-class SlowSpy:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        original = fast._slow
-
-        def spy(data: bytes | None) -> dict[str, Any]:
-            self.calls += 1
-            return original(data)
-
-        monkeypatch.setattr(fast, "_slow", spy)
 
 
 # ------------------------------------------------------------------ valid messages
@@ -178,7 +160,7 @@ def test_fast_path_matches_the_pinned_model() -> None:
 
 
 def test_simulator_messages_decode_like_pydantic_without_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = SlowSpy(monkeypatch)
+    spy = SlowSpy(monkeypatch, fast)
     count = 0
     for state in simulator_messages():
         data = orjson.dumps(state)
@@ -190,7 +172,7 @@ def test_simulator_messages_decode_like_pydantic_without_fallback(monkeypatch: p
 
 
 def test_node_agent_shapes_decode_like_pydantic_without_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = SlowSpy(monkeypatch)
+    spy = SlowSpy(monkeypatch, fast)
     for state in node_agent_messages():
         data = orjson.dumps(state)
         assert same(decode_nodestate_dict(data), NodeState.model_validate_json(data).model_dump())
@@ -405,10 +387,7 @@ def _slots(obj: Any) -> list[tuple[Any, Any]]:
 
 
 def _random_value(rng: random.Random) -> Any:
-    if rng.random() < 0.25:
-        return "@@TOKEN@@"
-    value = rng.choice(VALUES)
-    return orjson.loads(orjson.dumps(value)) if isinstance(value, dict | list) else value
+    return random_value(rng, VALUES)
 
 
 class Mutator:
@@ -499,28 +478,8 @@ class Mutator:
         return state, token, dup_key
 
     def bytewise(self, data: bytes) -> bytes:
-        rng = self.rng
-        op = rng.randrange(10)
-        i = rng.randrange(len(data) + 1)
-        if op == 0:
-            return data[:i]  # truncated
-        if op == 1:
-            return data[:i] + data[i + 1 :]
-        if op == 2:
-            return data[:i] + bytes([rng.randrange(256)]) + data[i + 1 :]
-        if op == 3:
-            return data[:i] + rng.choice([b" ", b"\n", b"\t", b"\r", b"\x0c", b"\xc2\xa0", b",", b":"]) + data[i:]
-        if op == 4:
-            return data.replace(b".0,", b",")  # integral floats as JSON ints
-        if op == 5:
-            return data.replace(b'"n', b'"\\u006e', 1)  # an escape that changes nothing
-        if op == 6:
-            return rng.choice([b"\xef\xbb\xbf", b" ", b"[", b"x"]) + data
-        if op == 7:
-            return data + rng.choice([b" ", b"\n", b"x", b"}", b"\x00", b",{}"])
-        if op == 8:
-            return rng.choice([b"NaN", b"not json", b"", b"[]", b"1", b'"x"', b"{}", b"null"])
-        return data.replace(b'"', b"'", 1)
+        return bytewise(self.rng, data, inserts=[b" ", b"\n", b"\t", b"\r", b"\x0c", b"\xc2\xa0", b",", b":"],
+                        swap_true=False)
 
 
 def fuzz_corpus() -> list[dict[str, Any]]:
@@ -531,30 +490,13 @@ def fuzz_corpus() -> list[dict[str, Any]]:
 
 
 def test_mutation_fuzzer_agrees_with_pydantic(monkeypatch: pytest.MonkeyPatch) -> None:
-    spy = SlowSpy(monkeypatch)
+    spy = SlowSpy(monkeypatch, fast)
     rng = random.Random(20240601)
     mutator = Mutator(rng)
     corpus = [orjson.dumps(s) for s in fuzz_corpus()]
-    kinds: dict[str, int] = {}
     mutations = 25_000
-    done = 0
-    while done < mutations:
-        state = orjson.loads(rng.choice(corpus))
-        if rng.random() < 0.8:
-            state, token, dup_key = mutator.structural(state)
-            try:
-                data = orjson.dumps(state).replace(b'"@@TOKEN@@"', token)
-            except TypeError:  # an int past 64 bits (those are spliced in as tokens instead)
-                continue
-            if dup_key:
-                data = data.replace(b'"@@DUP@@"', b'"' + dup_key + b'"')
-            if rng.random() < 0.1:
-                data = mutator.bytewise(data)
-        else:
-            data = mutator.bytewise(orjson.dumps(state))
-        kind = assert_agrees(data)
-        kinds[kind] = kinds.get(kind, 0) + 1
-        done += 1
+    kinds = run_mutations(rng, corpus, structural=mutator.structural, mutate_bytes=mutator.bytewise,
+                          agrees=assert_agrees, mutations=mutations, structural_share=0.8)
     # The fuzzer must exercise all three outcomes, and the fast path must have accepted
     # a good share of the valid mutants by itself.
     assert kinds.get("ok", 0) > 2_000, kinds
