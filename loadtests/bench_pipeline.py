@@ -50,6 +50,8 @@ import numpy as np
 import orjson
 import psutil
 
+from loadtests.procs import delete_topics
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_NODES = 5000
 """Issue target: 5,000 nodes at 1 Hz with p99 <= 250 ms (the largest supported Kubernetes cluster)."""
@@ -355,7 +357,7 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
     finally:
         for s in services:
             _stop(s)
-        await _delete_topics(bootstrap, prefix)
+        await delete_topics(bootstrap, prefix)
         shutil.rmtree(work, ignore_errors=True)
     return rows
 
@@ -379,19 +381,6 @@ async def _drain(bootstrap: str, prefix: str, limit_s: float = 60.0) -> None:
             await asyncio.sleep(1.0)
     finally:
         await consumer.stop()
-
-
-async def _delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        names = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if names:
-            await admin.delete_topics(names)
-    finally:
-        await admin.close()
 
 
 def run_pipeline_bench(quick: bool, bootstrap: str) -> list[dict[str, Any]]:

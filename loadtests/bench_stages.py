@@ -64,7 +64,8 @@ from typing import Any
 
 import orjson
 
-from loadtests.bench_pipeline import _delete_topics, _models, _Service, _spawn, _stop
+from loadtests.bench_pipeline import _models, _Service, _spawn, _stop
+from loadtests.procs import delete_topics
 
 BENCH = "stages"
 STAGES: tuple[str, ...] = ("features", "regime", "anomaly", "risk")
@@ -431,7 +432,7 @@ async def run_stages(bootstrap: str, *, records: int, nodes: int = NODES,
             _log(_describe(d) + (f"; wrote {produced:,} FeatureVectors" if name == "features" else "")
                  + f"; {d.throughput / pt.throughput:.2f}× pass-through")
     finally:
-        await _delete_topics(bootstrap, prefix)
+        await delete_topics(bootstrap, prefix)
         shutil.rmtree(work, ignore_errors=True)
     return rows_of(pt, drains, produced)
 
