@@ -19,7 +19,7 @@ Per step (offered load = N NodeState/s) the bench consumes ``features.v1`` and
   ``cpu_percent`` per service, of the broker, the load generator and the bench itself (% of
   one core each), and of the whole machine (% of all cores: 100 = saturated).
 
-``BENCH_PIPELINE_STEPS=500,1000,...`` and ``BENCH_PIPELINE_STEP_S`` override the steps;
+``BENCH_PIPELINE_STEPS=500,1000,...`` and ``BENCH_PIPELINE_STEP_S`` (≥ ``MIN_STEP_S``) override the steps;
 ``BENCH_FEATURES_WORKERS=N`` runs N features processes in one consumer group (partitions,
 and with them the window table, are split between them).
 
@@ -33,6 +33,7 @@ offered, 10,000 nodes (the load-test issue's) were met. Steps: 2,000 and 5,000 w
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,7 @@ import numpy as np
 import orjson
 import psutil
 
+from borgctl.errors import UserError
 from loadtests.procs import delete_topics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -284,13 +287,40 @@ def _models(work: Path) -> dict[str, str]:
     return env
 
 
+MIN_STEP_S = WARMUP_S + 5.0
+"""A step's first ``WARMUP_S`` are not measured: a shorter step would report nothing."""
+
+
+def step_plan(environ: Mapping[str, str], quick: bool) -> tuple[list[int], float]:
+    """The steps (nodes at 1 Hz) and seconds per step: the defaults, or ``BENCH_PIPELINE_STEPS`` /
+    ``BENCH_PIPELINE_STEP_S`` (a bad value is a ``UserError`` naming the variable)."""
+    steps = [2000, TARGET_NODES] if quick else [1000, 2500, TARGET_NODES, 7500, STRETCH_NODES, 12_500]
+    seconds = 30.0 if quick else 45.0
+    raw = environ.get("BENCH_PIPELINE_STEPS")
+    if raw:
+        try:
+            steps = [int(x) for x in raw.split(",")]
+        except ValueError:
+            steps = []
+        if not steps or min(steps) <= 0:
+            raise UserError(f"BENCH_PIPELINE_STEPS={raw!r}: expected positive node counts separated by commas, "
+                            "e.g. 1000,5000,10000")
+    raw = environ.get("BENCH_PIPELINE_STEP_S")
+    if raw:
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = math.nan
+        if not seconds >= MIN_STEP_S:
+            raise UserError(f"BENCH_PIPELINE_STEP_S={raw!r}: a step needs at least {MIN_STEP_S:.0f} seconds "
+                            f"(its first {WARMUP_S:.0f} s are not measured)")
+    return steps, seconds
+
+
 async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
     from services.runtime.admin import create_topics
 
-    steps = [2000, TARGET_NODES] if quick else [1000, 2500, TARGET_NODES, 7500, STRETCH_NODES, 12_500]
-    if os.environ.get("BENCH_PIPELINE_STEPS"):
-        steps = [int(x) for x in os.environ["BENCH_PIPELINE_STEPS"].split(",")]
-    seconds = float(os.environ.get("BENCH_PIPELINE_STEP_S", "30" if quick else "45"))
+    steps, seconds = step_plan(os.environ, quick)
     prefix = f"bench{uuid.uuid4().hex[:8]}-"
     await create_topics(bootstrap, prefix=prefix)
     work = Path(tempfile.mkdtemp(prefix="borg-bench-pipeline-"))

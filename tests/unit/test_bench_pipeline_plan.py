@@ -1,0 +1,31 @@
+"""`borgctl bench pipeline`'s step plan from the environment: defaults, overrides, errors that name the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from borgctl.errors import UserError
+from loadtests.bench_pipeline import MIN_STEP_S, STRETCH_NODES, TARGET_NODES, step_plan
+
+
+def test_defaults_and_overrides() -> None:
+    assert step_plan({}, quick=True) == ([2000, TARGET_NODES], 30.0)
+    steps, seconds = step_plan({}, quick=False)
+    assert STRETCH_NODES in steps and seconds == 45.0
+    env = {"BENCH_PIPELINE_STEPS": "10000", "BENCH_PIPELINE_STEP_S": "120"}
+    assert step_plan(env, quick=False) == ([10_000], 120.0)
+    assert step_plan({"BENCH_PIPELINE_STEPS": "", "BENCH_PIPELINE_STEP_S": ""}, quick=True) == ([2000, TARGET_NODES],
+                                                                                              30.0)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("BENCH_PIPELINE_STEPS", "10k"), ("BENCH_PIPELINE_STEPS", "1000,,2000"), ("BENCH_PIPELINE_STEPS", "0"),
+    ("BENCH_PIPELINE_STEP_S", "ten"), ("BENCH_PIPELINE_STEP_S", "10"), ("BENCH_PIPELINE_STEP_S", "nan"),
+])
+def test_bad_values_name_the_variable(name: str, value: str) -> None:
+    with pytest.raises(UserError, match=f"{name}='{value}'"):
+        step_plan({name: value}, quick=False)
+
+
+def test_the_shortest_step_is_one_that_measures_something() -> None:
+    assert step_plan({"BENCH_PIPELINE_STEP_S": str(MIN_STEP_S)}, quick=False)[1] == MIN_STEP_S
