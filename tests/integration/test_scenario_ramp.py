@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,13 @@ pytestmark = pytest.mark.integration
 
 
 def run_load(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    # Stage throughput comes from committed offsets. The tiny ramp's 4 s windows cannot resolve
+    # features' default 5 s commits (the last window is interpolated across the step before), so
+    # its services commit every second, as a ramp with windows of several commit intervals sees.
+    env = {**os.environ, "STREAM_COMMIT_INTERVAL_S": "1"}
     return subprocess.run(
         [sys.executable, "-m", "borgctl.main", "load", *argv],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=env,
     )
 
 
