@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import signal
 import sys
 from collections.abc import Callable
 
@@ -22,6 +23,8 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
     "trace": ("borgctl.trace", "main", "print a decision's trace from Jaeger as a tree"),
     "load": ("loadtests.scenario", "main", "ramped load scenario and soak runs"),
 }
+STOP_ON_SIGTERM = frozenset({"replay", "bench", "load"})
+"""Long-running commands that start processes or topics: SIGTERM stops them as Ctrl-C does (exit 130)."""
 TRAIN = {
     "failure": ("training.cli", "train_failure"),
     "regime": ("training.cli", "train_regime"),
@@ -179,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         # Delegated commands own their arguments (argparse's REMAINDER drops leading options).
         if argv and argv[0] in DELEGATED:
             module, func, _ = DELEGATED[argv[0]]
+            if argv[0] in STOP_ON_SIGTERM:
+                # as Ctrl-C: the command's clean-up runs (child processes stopped, scratch topics deleted)
+                signal.signal(signal.SIGTERM, signal.default_int_handler)
             return _load(module, func, argv[0])(argv[1:])
         if len(argv) >= 2 and argv[0] in ("train", "eval"):
             table = TRAIN if argv[0] == "train" else EVAL

@@ -14,6 +14,9 @@ Per step (offered load = N NodeState/s) the bench consumes ``features.v1`` and
   time of the NodeState that closed the window (``RegimeLabel.input_ts_ms``, the Kafka
   record timestamp) — one measurement per window (a window closes every 10 s per node);
 * ``features_latency_p50`` / ``_p99``: the same for the features hop alone;
+* ``anomaly_latency_p50`` / ``_p99`` and ``risk_latency_…``: the same for anomaly scores and
+  failure risk (``input_ts_ms`` of the vector or task event scored), off the regime path and
+  served at a higher niceness (``STREAM_NICE``), so they wait when the CPU is short;
 * ``regimes_per_s``, ``sustained`` (1 when throughput ≥ 95 % of offered and p99 stayed
   under 5 s, i.e. the load was carried), ``p99_within_target`` (p99 ≤ 250 ms) and
   ``cpu_percent`` per service, of the broker, the load generator and the bench itself (% of
@@ -62,6 +65,8 @@ STRETCH_NODES = 10_000
 """Load-test target: 10,000 nodes at 1 Hz with p99 <= 250 ms (twice that)."""
 TARGET_P99_MS = 250.0
 WARMUP_S = 12.0
+SIDE_OUTPUTS = {"anomalies.v1": "anomaly", "risk.v1": "risk"}
+"""Outputs off the regime path whose latency is reported beside it (their services run at a higher niceness)."""
 
 
 def _free_port() -> int:
@@ -165,7 +170,8 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
                    seed: int) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(prefix + "features.v1", prefix + "regimes.v1", bootstrap_servers=bootstrap,
+    consumer = AIOKafkaConsumer(*(prefix + t for t in ("features.v1", "regimes.v1", *SIDE_OUTPUTS)),
+                                bootstrap_servers=bootstrap,
                                 group_id=None, auto_offset_reset="latest", enable_auto_commit=False,
                                 max_poll_records=5000)
     await consumer.start()
@@ -185,6 +191,7 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
     windows = 0
     latencies: list[float] = []
     feature_latencies: list[float] = []
+    side_latencies: dict[str, list[float]] = {name: [] for name in SIDE_OUTPUTS.values()}
     measure_from = t_start + WARMUP_S
     measure_to = t_start + seconds
     cpu_mark: dict[str, float | None] = {}
@@ -201,7 +208,11 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
                 in_window = measure_from <= received <= measure_to
                 if not in_window:
                     continue
-                if tp.topic.endswith("features.v1"):
+                topic = tp.topic[len(prefix):]
+                side = side_latencies.get(SIDE_OUTPUTS.get(topic, ""))
+                if side is not None:
+                    side += [received * 1000 - orjson.loads(r.value)["input_ts_ms"] for r in records]
+                elif topic == "features.v1":
                     for r in records:
                         doc = orjson.loads(r.value)
                         samples += doc["samples"]
@@ -213,6 +224,9 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
             if received > measure_to and not cpu_end:
                 cpu_end = {name: _cpu(ps) for name, ps in watched.items()}
                 machine1 = psutil.cpu_times()
+    except BaseException:
+        gen.kill()  # interrupted (Ctrl-C, SIGTERM): no more load
+        raise
     finally:
         gen.join(timeout=30)
         if gen.is_alive():
@@ -238,6 +252,8 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
         "p99": float(np.nanpercentile(lat, 99)),
         "features_p50": float(np.nanpercentile(flat, 50)),
         "features_p99": float(np.nanpercentile(flat, 99)),
+        **{f"{name}_{q}": float(np.percentile(values, int(q[1:]))) if values else math.nan
+           for name, values in side_latencies.items() for q in ("p50", "p99")},
         "sent": int(done.value),
         "cpu": cpu,
         "sustained": throughput >= 0.95 * nodes and bool(np.nanpercentile(lat, 99) < 5000),
@@ -341,7 +357,8 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
             results.append(r)
             print(f"bench pipeline: {nodes} offered → {r['throughput']:.0f} NodeState/s, regime latency "
                   f"p50 {r['p50']:.0f} ms, p99 {r['p99']:.0f} ms (features hop p50 {r['features_p50']:.0f}, "
-                  f"p99 {r['features_p99']:.0f}); cpu % " + ", ".join(f"{k} {v:.0f}" for k, v in r["cpu"].items()),
+                  f"p99 {r['features_p99']:.0f}; anomaly p99 {r['anomaly_p99']:.0f}, risk p99 {r['risk_p99']:.0f}); "
+                  "cpu % " + ", ".join(f"{k} {v:.0f}" for k, v in r["cpu"].items()),
                   file=sys.stderr, flush=True)
             case = f"{nodes} nodes @1Hz"
             rows += [
@@ -355,6 +372,9 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
                  "value": round(r["features_p50"], 1), "unit": "ms"},
                 {"bench": "pipeline", "case": case, "offered": nodes, "metric": "features_latency_p99",
                  "value": round(r["features_p99"], 1), "unit": "ms"},
+                *({"bench": "pipeline", "case": case, "offered": nodes, "metric": f"{name}_latency_{q}",
+                   "value": round(r[f"{name}_{q}"], 1), "unit": "ms"}
+                  for name in SIDE_OUTPUTS.values() for q in ("p50", "p99") if not math.isnan(r[f"{name}_{q}"])),
                 {"bench": "pipeline", "case": case, "offered": nodes, "metric": "regimes_per_s",
                  "value": round(r["regimes_per_s"], 1), "unit": "RegimeLabel/s"},
                 {"bench": "pipeline", "case": case, "offered": nodes, "metric": "sustained",

@@ -26,14 +26,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 from opentelemetry.trace import Link
 from prometheus_client import Counter
 
-from contracts import ContractError, FailureRisk, FeatureVector, TaskEvent
+from contracts import ContractError, FailureRisk, TaskEvent
 from contracts import telemetry as names
+from contracts.fast_featurevector import decode_feature_row
 from contracts.models import HorizonRisk
-from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash
+from featurelib.node_features import node_feature_schema_hash, vector_problem
+from services.risk import node_record
 from services.risk.aggregate import node_probability
 from services.risk.model import FailureModel
 from services.risk.settings import RiskSettings
@@ -45,6 +46,8 @@ from services.runtime.stream_settings import app_id
 from services.runtime.stream_trace import link_to, stage_span
 
 log = logging.getLogger(__name__)
+NICE = 10
+"""Default ``STREAM_NICE``: features and regime (the latency-critical path) get the CPU first."""
 LINGER_S = 0.02
 """Default ``STREAM_BATCH_LINGER_S``: one model call per batch."""
 SERVICE = "risk"
@@ -74,7 +77,7 @@ class RiskProcessor:
         self.nodes = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-node_features-changelog",
                                     sink=sink, replication=settings.replication_factor)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[TASK_TOPIC, FEATURE_TOPIC],
-                                  handle=self._handle, state=[self.nodes], linger_s=LINGER_S)
+                                  handle=self._handle, state=[self.nodes], linger_s=LINGER_S, nice=NICE)
         self.task_topic = settings.topic(TASK_TOPIC)
         self.task_events = 0
         self.feature_events = 0
@@ -99,36 +102,33 @@ class RiskProcessor:
     # -- node features ------------------------------------------------------------------------
     async def handle_features(self, event: Any) -> None:
         try:
-            vector = decode_event(FeatureVector, event)
+            vector = decode_feature_row(event.message.value)
         except ContractError as exc:
             await self.sink.dead_letter(event, exc.message, exc.kind)
             return
-        assert isinstance(vector, FeatureVector)
-        if vector.schema_hash != self.node_schema or len(vector.values) != N_FEATURES:
-            await self.sink.dead_letter(event, f"feature schema {vector.schema_hash[:12]}… / {len(vector.values)} "
-                                               f"values do not match {self.node_schema[:12]}… / {N_FEATURES}", "schema")
+        problem = vector_problem(vector, self.node_schema, SERVICE)
+        if problem is not None:
+            await self.sink.dead_letter(event, problem, "schema")
             return
         table = self._nodes()
         current = table.get(vector.node)
-        if current is not None and orjson.loads(current)["ts"] > vector.ts_ms:
+        if current is not None and node_record.ts_of(current) > vector.ts_ms:
             return  # an older window delivered late: keep the newest
         tp = dict(headers_of(event)).get("traceparent", b"").decode("ascii", "replace")
         table.partition = event.message.partition
-        table.put(vector.node, orjson.dumps({"ts": vector.ts_ms, "in": vector.input_ts_ms, "v": vector.values,
-                                             "m": vector.valid, "tp": tp}))
-
+        table.put(vector.node, node_record.encode(vector.ts_ms, vector.input_ts_ms, vector.values, vector.valid, tp))
 
     def node_features(self, node: str) -> tuple[np.ndarray | None, Link | None]:
         """The node's newest feature row (NaN = invalid) if fresh enough, and a link to its trace."""
         raw = self._nodes().get(node)
         if raw is None:
             return None, None
-        doc = orjson.loads(raw)
-        link = link_to([("traceparent", doc["tp"].encode())]) if doc.get("tp") else None
-        age_s = (self.state.last_ts_ms - doc["ts"]) / 1000
+        record = node_record.decode(raw)
+        link = link_to([("traceparent", record.traceparent.encode())]) if record.traceparent else None
+        age_s = (self.state.last_ts_ms - record.ts_ms) / 1000
         if age_s > self.settings.node_features_max_age_s and self.state.last_ts_ms > 0:
             return None, link
-        return as_model_input(doc["v"], doc["m"]), link
+        return record.row, link
 
     # -- task events ----------------------------------------------------------------------------
     async def handle_tasks(self, events: Sequence[Any]) -> None:

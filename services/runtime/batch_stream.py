@@ -47,7 +47,7 @@ from services.runtime.health import HealthServer
 from services.runtime.metrics import COMMIT_SECONDS, CONSUMER_LAG, MESSAGES_IN
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import PARTITIONS, StreamSettings, app_id
-from services.runtime.tuning import tune_process
+from services.runtime.tuning import run_at_niceness, tune_process
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,7 @@ class BatchStream:
         fault_exit_after: int = 0,
         linger_s: float = 0.0,
         commit_interval_s: float = 1.0,
+        nice: int = 0,
     ) -> None:
         self.service = service
         self.settings = settings
@@ -168,6 +169,7 @@ class BatchStream:
         self.linger_s = linger_s if settings.batch_linger_s is None else settings.batch_linger_s
         self.commit_interval_s = commit_interval_s if settings.commit_interval_s is None \
             else settings.commit_interval_s
+        self.nice = nice if settings.nice is None else settings.nice
         self.group = app_id(service, settings.topic_prefix)
         self.topics = [settings.topic(t) for t in topics]
         self.positions: dict[TopicPartition, int] = {}
@@ -387,6 +389,7 @@ async def run_stream(
 ) -> None:
     """Run ``stream`` and side tasks (model watchers, re-scoring) until ``stop``; a failing task stops all."""
     tune_process()
+    run_at_niceness(stream.nice)
     health.add_check(stream.service, stream.is_ready)
     main = asyncio.create_task(stream.run(stop), name=f"{stream.service}-stream")
     side = [asyncio.create_task(t(stop), name=getattr(t, "__name__", "side")) for t in tasks]

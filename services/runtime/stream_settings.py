@@ -41,6 +41,11 @@ class StreamSettings(RuntimeSettings):
     flush_each_batch: bool = Field(
         default=False, validation_alias="STREAM_FLUSH_EACH_BATCH",
         description="wait for the broker to acknowledge each batch's outputs (else: before each offset commit)")
+    nice: int | None = Field(
+        default=None, ge=0, le=19, validation_alias="STREAM_NICE",
+        description="CPU niceness the process runs at (0 = normal priority, 19 = lowest; only raised, never "
+                    "lowered); default per service: features and regime 0, anomaly and risk 10 (their outputs feed "
+                    "agents acting on seconds, so they yield the CPU to the latency-critical path)")
     model_poll_s: float = Field(default=5.0, gt=0, le=3600, validation_alias="MODEL_POLL_S",
                                 description="how often the model directory's CURRENT is checked")
 

@@ -245,6 +245,10 @@ async def test_pipeline_50_nodes_regimes_anomalies_risk(kafka_bootstrap: str, to
     )
     with running(*services):
         await wait_ready(services)
+        # anomaly and risk yield the CPU to the latency-critical path (STREAM_NICE defaults)
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        niceness = {s.name: os.getpriority(os.PRIO_PROCESS, s.proc.pid) for s in services}
+        assert niceness == {"features": base, "regime": base, "anomaly": max(base, 10), "risk": max(base, 10)}
         bases = ["features.v1", "regimes.v1", "anomalies.v1", "risk.v1", "deadletter.v1"]
         async with collector(kafka_bootstrap, topic_prefix, bases) as (got, poll_until):
             half = len(sc.states) // 2

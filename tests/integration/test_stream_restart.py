@@ -3,7 +3,8 @@
 The first features process is told to exit hard (``os._exit``) right after it has produced
 and flushed the outputs and changelog records of the batch that takes it past 2,500
 NodeStates, before it can commit that batch's offsets; offsets of
-earlier batches are committed every 0.5 s, so the crash lands mid-stream. The second process
+earlier batches are committed every 0.5 s, and the input after the first 1,000 NodeStates is
+produced only once a commit was seen, so the crash lands mid-stream on any machine. The second process
 recovers the window table from its changelog, re-reads the uncommitted input and must
 produce exactly the offline feature windows: no window missing, and every re-emitted
 window byte-identical to the first emission (idempotent on the key (node, ts_ms)).
@@ -40,14 +41,22 @@ async def test_crash_between_processing_and_commit_loses_nothing(kafka_bootstrap
                   STREAM_COMMIT_INTERVAL_S="0.5", STREAM_BATCH_MAX=str(batch))
     with running(first):
         await wait_ready((first,))
-        await produce_states(kafka_bootstrap, topic_prefix, sc.states)
+        # a commit before the crash, whatever the machine's speed: 2,500 NodeStates can be
+        # handled within one 0.5 s commit interval, so the rest follows the first commit
+        head = 1000
+        await produce_states(kafka_bootstrap, topic_prefix, sc.states[:head])
+        group = app_id("features", topic_prefix)
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while not sum((await committed_offsets(kafka_bootstrap, group, topic_prefix + "nodestate.v1")).values()):
+            assert loop.time() < deadline, "no offsets committed within 60 s"
+            await asyncio.sleep(0.2)
+        await produce_states(kafka_bootstrap, topic_prefix, sc.states[head:], offset=head)
         deadline = loop.time() + 90
         while first.proc.poll() is None:
             assert loop.time() < deadline, "the fault-injected process did not exit"
             await asyncio.sleep(0.1)
         assert first.proc.returncode == 70, first.tail()
-    group = app_id("features", topic_prefix)
     committed = await committed_offsets(kafka_bootstrap, group, topic_prefix + "nodestate.v1")
     committed_total = sum(committed.values())
     assert 0 < committed_total < crash_after + batch, (
