@@ -4,7 +4,9 @@
 
 Creates Node objects named like the synthetic simulator's nodes (sim-0000, …) with
 capacity and a Ready condition, a namespace with a few Deployments (pods get bound to
-those nodes by the real scheduler), and a PodDisruptionBudget. Idempotent (apply).
+those nodes by the real scheduler), and a PodDisruptionBudget. Idempotent (apply). Pods of
+namespaces stuck Terminating (deleted while their pods were bound: nothing here finishes a
+pod's graceful deletion) are forced first, so no earlier run's leftovers stay in play.
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ def deployment(namespace: str, name: str, replicas: int, workload: str) -> dict[
     }
 
 
+def finish_terminating_namespaces() -> list[str]:
+    """Force the pods of namespaces stuck Terminating, so the namespace controller can remove them.
+
+    Without kubelets a bound pod never finishes graceful deletion, so a deleted namespace
+    with pods (an earlier demo or test run) stays Terminating for good, and the services
+    keep acting on its Deployments (writes there are refused: the namespace is terminating).
+    """
+    namespaces = json.loads(kubectl("get", "namespaces", "-o", "json"))["items"]
+    stuck = [n["metadata"]["name"] for n in namespaces if n.get("status", {}).get("phase") == "Terminating"]
+    for name in stuck:
+        kubectl("delete", "pods", "--all", "-n", name, "--force", "--grace-period=0", "--wait=false")
+    return stuck
+
+
 def mark_pods_ready(namespace: str, timeout_s: float = 60.0) -> int:
     """Play the kubelet once: report every bound pod Running and Ready (there are no kubelets here)."""
     import time
@@ -131,6 +147,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--namespace", default="demo")
     parser.add_argument("--ready", action="store_true", help="report the seeded pods Running and Ready once bound")
     args = parser.parse_args(argv)
+    stuck = finish_terminating_namespaces()
+    if stuck:
+        print(f"seed-cluster: forced the pods of namespaces stuck Terminating: {', '.join(stuck)}")
     names = [f"{args.prefix}{i:04d}" for i in range(args.nodes)]
     docs: list[dict[str, Any]] = [node(n) for n in names]
     docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": args.namespace}})
