@@ -1,11 +1,12 @@
-"""`borgctl bench pipeline`'s step plan from the environment: defaults, overrides, errors that name the variable."""
+"""`borgctl bench pipeline`: its step plan from the environment (defaults, overrides, errors that name the
+variable) and the per-second tail count."""
 
 from __future__ import annotations
 
 import pytest
 
 from borgctl.errors import UserError
-from loadtests.bench_pipeline import MIN_STEP_S, STRETCH_NODES, TARGET_NODES, step_plan
+from loadtests.bench_pipeline import MIN_STEP_S, STRETCH_NODES, TARGET_NODES, seconds_over, step_plan
 
 
 def test_defaults_and_overrides() -> None:
@@ -29,3 +30,15 @@ def test_bad_values_name_the_variable(name: str, value: str) -> None:
 
 def test_the_shortest_step_is_one_that_measures_something() -> None:
     assert step_plan({"BENCH_PIPELINE_STEP_S": str(MIN_STEP_S)}, quick=False)[1] == MIN_STEP_S
+
+
+def test_seconds_over_counts_seconds_by_their_own_p99() -> None:
+    calm = [(100, 50.0)] * 200
+    burst = [(101, 40.0)] * 150 + [(101, 900.0)] * 5  # 5 of 155 over: its p99 is over 250
+    edge = [(102, 40.0)] * 199 + [(102, 260.0)]  # 1 of 200: its p99 is 40
+    slow = [(103, 300.0)] * 3
+    rows = calm + burst + edge + slow
+    seconds, latencies = [s for s, _ in rows], [v for _, v in rows]
+    assert seconds_over(seconds, latencies, 250.0) == 2  # 101 and 103
+    assert seconds_over(seconds, latencies, 1000.0) == 0
+    assert seconds_over([], [], 250.0) == 0
