@@ -78,4 +78,4 @@ def test_bad_niceness_names_the_variable(monkeypatch: pytest.MonkeyPatch, capsys
     monkeypatch.setenv("STREAM_NICE", value)
     with pytest.raises(SettingsError):
         load_settings(StreamSettings)
-    assert f"setting STREAM_NICE" in capsys.readouterr().err
+    assert "setting STREAM_NICE" in capsys.readouterr().err
