@@ -67,6 +67,8 @@ STRETCH_NODES = 10_000
 """Load-test target: 10,000 nodes at 1 Hz with p99 <= 250 ms (twice that)."""
 TARGET_P99_MS = 250.0
 WARMUP_S = 12.0
+PROGRESS_EVERY_S = 15.0
+"""How often a step in progress reports to stderr."""
 SIDE_OUTPUTS = {"anomalies.v1": "anomaly", "risk.v1": "risk"}
 """Outputs off the regime path whose latency is reported beside it (their services run at a higher niceness)."""
 
@@ -201,9 +203,14 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
     cpu_end: dict[str, float | None] = {}
     machine1 = machine0
     try:
+        next_report = t_start + PROGRESS_EVERY_S
         while time.time() < measure_to + 2.0:
             batch = await consumer.getmany(timeout_ms=200)
             received = time.time()
+            if received >= next_report and received < measure_to:
+                next_report += PROGRESS_EVERY_S
+                print(f"bench pipeline: {nodes} nodes: {received - t_start:.0f}/{seconds:.0f} s, "
+                      f"{int(done.value):,} NodeState sent, {_so_far(latencies)}", file=sys.stderr, flush=True)
             if received >= measure_from and not cpu_mark:
                 cpu_mark = {name: _cpu(ps) for name, ps in watched.items()}
                 machine0 = psutil.cpu_times()
@@ -265,6 +272,12 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
         "sustained": throughput >= 0.95 * nodes and bool(np.nanpercentile(lat, 99) < 5000),
         "within_target": bool(np.nanpercentile(lat, 99) <= TARGET_P99_MS),
     }
+
+
+def _so_far(latencies: list[float]) -> str:
+    if not latencies:
+        return f"warming up (measured from {WARMUP_S:.0f} s)"
+    return f"regime latency so far p50 {np.percentile(latencies, 50):.0f} ms, p99 {np.percentile(latencies, 99):.0f} ms"
 
 
 def seconds_over(seconds: list[int], latencies: list[float], target_ms: float) -> int:
