@@ -25,8 +25,9 @@ Per step (offered load = N NodeState/s) the bench consumes ``features.v1`` and
   one core each), and of the whole machine (% of all cores: 100 = saturated).
 
 ``BENCH_PIPELINE_STEPS=500,1000,...`` and ``BENCH_PIPELINE_STEP_S`` (≥ ``MIN_STEP_S``) override the steps;
-``BENCH_FEATURES_WORKERS=N`` runs N features processes in one consumer group (partitions,
-and with them the window table, are split between them).
+features runs as ``FEATURES_WORKERS`` (2) processes in one consumer group, as the
+Kubernetes deployment runs it (partitions, and with them the window table, are split
+between them); ``BENCH_FEATURES_WORKERS=N`` (1–6) runs N instead.
 
 Steps ascend and stop after the first step that is not sustained; the ``ceiling`` rows are
 the highest load carried, and the highest carried with p99 ≤ 250 ms. The ``target`` rows
@@ -67,6 +68,8 @@ STRETCH_NODES = 10_000
 """Load-test target: 10,000 nodes at 1 Hz with p99 <= 250 ms (twice that)."""
 TARGET_P99_MS = 250.0
 WARMUP_S = 12.0
+FEATURES_WORKERS = 2
+"""features processes in one consumer group, as ``deploy/base/features`` runs it (2 replicas)."""
 PROGRESS_EVERY_S = 15.0
 """How often a step in progress reports to stderr."""
 SIDE_OUTPUTS = {"anomalies.v1": "anomaly", "risk.v1": "risk"}
@@ -364,6 +367,23 @@ def step_plan(environ: Mapping[str, str], quick: bool) -> tuple[list[int], float
     return steps, seconds
 
 
+def features_workers(environ: Mapping[str, str]) -> int:
+    """features processes to run: ``BENCH_FEATURES_WORKERS`` (1–6), else ``FEATURES_WORKERS``."""
+    from services.runtime.stream_settings import PARTITIONS  # more workers than partitions would idle
+
+    raw = environ.get("BENCH_FEATURES_WORKERS")
+    if not raw:
+        return FEATURES_WORKERS
+    try:
+        workers = int(raw)
+    except ValueError:
+        workers = 0
+    if not 1 <= workers <= PARTITIONS:
+        raise UserError(f"BENCH_FEATURES_WORKERS={raw!r}: expected a number of features processes from 1 to "
+                        f"{PARTITIONS} (nodestate.v1 has {PARTITIONS} partitions)")
+    return workers
+
+
 async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
     from services.runtime.admin import create_topics
 
@@ -372,8 +392,8 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
     await create_topics(bootstrap, prefix=prefix)
     work = Path(tempfile.mkdtemp(prefix="borg-bench-pipeline-"))
     env = _models(work)
-    workers = int(os.environ.get("BENCH_FEATURES_WORKERS", "1"))
-    features = ["features"] if workers <= 1 else [f"features#{i}" for i in range(workers)]
+    workers = features_workers(os.environ)
+    features = ["features"] if workers == 1 else [f"features#{i}" for i in range(workers)]
     names = [*features, "regime", "anomaly"] + (["risk"] if "RISK_MODEL_DIR" in env else [])
     services = [_spawn(n, bootstrap, prefix, work, env) for n in names]
     rows: list[dict[str, Any]] = []

@@ -35,5 +35,5 @@ def test_one_step_reports_every_row(kafka_bootstrap: str, tmp_path: Path) -> Non
     over = rows[(step, "seconds_p99_over_target")]
     assert over["unit"] == "s" and over["value"].is_integer() and 0 <= over["value"] <= 33 - 12  # measured seconds
     cpu = {case.removeprefix(step + " ") for case, metric in rows if metric == "cpu_percent"}
-    assert {"features", "regime", "anomaly", "broker", "loadgen", "machine"} <= cpu
+    assert {"features#0", "features#1", "regime", "anomaly", "broker", "loadgen", "machine"} <= cpu  # 2 workers
     assert rows[("ceiling (highest step carried)", "throughput")]["value"] == 300.0

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from borgctl.errors import UserError
-from loadtests.bench_pipeline import MIN_STEP_S, STRETCH_NODES, TARGET_NODES, seconds_over, step_plan
+from loadtests.bench_pipeline import (
+    FEATURES_WORKERS,
+    MIN_STEP_S,
+    STRETCH_NODES,
+    TARGET_NODES,
+    features_workers,
+    seconds_over,
+    step_plan,
+)
 
 
 def test_defaults_and_overrides() -> None:
@@ -42,3 +50,16 @@ def test_seconds_over_counts_seconds_by_their_own_p99() -> None:
     assert seconds_over(seconds, latencies, 250.0) == 2  # 101 and 103
     assert seconds_over(seconds, latencies, 1000.0) == 0
     assert seconds_over([], [], 250.0) == 0
+
+
+def test_features_workers_default_and_override() -> None:
+    assert features_workers({}) == FEATURES_WORKERS == 2  # as deploy/base/features runs it
+    assert features_workers({"BENCH_FEATURES_WORKERS": ""}) == 2
+    assert features_workers({"BENCH_FEATURES_WORKERS": "1"}) == 1
+    assert features_workers({"BENCH_FEATURES_WORKERS": "6"}) == 6
+
+
+@pytest.mark.parametrize("raw", ["0", "7", "two", "-1"])
+def test_bad_features_workers_name_the_variable(raw: str) -> None:
+    with pytest.raises(UserError, match="BENCH_FEATURES_WORKERS"):
+        features_workers({"BENCH_FEATURES_WORKERS": raw})
