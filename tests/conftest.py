@@ -48,14 +48,18 @@ async def topic_prefix(kafka_bootstrap: str) -> AsyncIterator[str]:
     prefix = f"t{uuid.uuid4().hex[:10]}-"
     await create_topics(kafka_bootstrap, prefix=prefix)
     yield prefix
-    from aiokafka.admin import AIOKafkaAdminClient
+    from loadtests.procs import delete_topics
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
+    await delete_topics(kafka_bootstrap, prefix)
+
+
+async def broker_topics(bootstrap: str) -> set[str]:
+    """Every topic on the broker (for tests that check what a command left behind)."""
+    from services.runtime.admin import connect_admin
+
+    admin = await connect_admin(bootstrap, timeout_s=10)
     try:
-        names = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if names:
-            await admin.delete_topics(names)
+        return set(await admin.list_topics())
     finally:
         await admin.close()
 

@@ -13,18 +13,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.runtime.admin import connect_admin
+from tests.conftest import broker_topics
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _bench_topics(bootstrap: str) -> set[str]:
-    admin = await connect_admin(bootstrap, timeout_s=10)
-    try:
-        return {t for t in await admin.list_topics() if t.startswith("bench") and not t.startswith("bench-")}
-    finally:
-        await admin.close()
+    return {t for t in await broker_topics(bootstrap) if t.startswith("bench") and not t.startswith("bench-")}
 
 
 @pytest.mark.timeout(240)

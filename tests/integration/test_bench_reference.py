@@ -7,17 +7,13 @@ import asyncio
 import pytest
 
 from loadtests.bench_reference import kafka_native, passthrough
-from services.runtime.admin import connect_admin
+from tests.conftest import broker_topics
 
 pytestmark = pytest.mark.integration
 
 
 async def _scratch_topics(bootstrap: str) -> set[str]:
-    admin = await connect_admin(bootstrap, timeout_s=10)
-    try:
-        return {t for t in await admin.list_topics() if t.startswith(("bench-native-", "bench-pt-"))}
-    finally:
-        await admin.close()
+    return {t for t in await broker_topics(bootstrap) if t.startswith(("bench-native-", "bench-pt-"))}
 
 
 @pytest.mark.timeout(300)
