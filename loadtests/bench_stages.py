@@ -138,10 +138,10 @@ async def prefill(bootstrap: str, prefix: str, nodes: int, seconds: int, seed: i
         NODESTATE_TOPIC,
         _send_members,
         build_pool,
-        default_partition,
         plan_slices,
         second_middle,
     )
+    from services.runtime.partitioning import default_partition
 
     started = time.monotonic()
     pool = build_pool(nodes, seed, "bst-", pool_ticks=max(1, min(48, seconds)))

@@ -45,6 +45,8 @@ from typing import Any
 
 import orjson
 
+from services.runtime.partitioning import default_partition
+
 NODESTATE_TOPIC = "nodestate.v1"
 TASK_TOPIC = "taskevents.v1"
 SLICES = 20
@@ -80,22 +82,6 @@ def second_middle(ts_ms: int, seq: int) -> bytes:
 
 def splice(head: bytes, ts_ms: int, seq: int, body: bytes) -> bytes:
     return head + second_middle(ts_ms, seq) + body
-
-
-# ------------------------------------------------------------------------------ partitioning
-
-
-def default_partition(key: bytes, partitions: Sequence[int] | set[int] | frozenset[int]) -> int:
-    """The partition aiokafka's ``DefaultPartitioner`` picks for a non-null ``key``.
-
-    ``partitions`` is what the producer passes as ``all_partitions`` — the topic's partition
-    ids from ``producer.partitions_for(topic)`` (a set; ``list()`` of it as in
-    ``AIOKafkaProducer._partition``).
-    """
-    from aiokafka.partitioner import murmur2
-
-    all_partitions = list(partitions)
-    return int(all_partitions[(murmur2(key) & 0x7FFFFFFF) % len(all_partitions)])
 
 
 # ------------------------------------------------------------------------------ the pool

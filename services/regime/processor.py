@@ -26,7 +26,6 @@ from prometheus_client import Counter
 
 from contracts import RegimeLabel, encode
 from contracts import telemetry as names
-from contracts.fast_featurevector import assembler
 from contracts.models import REGIMES
 from featurelib.node_features import node_feature_schema_hash
 from services.regime import hysteresis
@@ -54,7 +53,6 @@ MEMORY_SLACK = 1024
 _NAME_MAX = 253
 _SLOWDOWN_MIN, _SLOWDOWN_MAX = 1.0, 100.0
 _REGIMES = frozenset(REGIMES)
-_label = assembler(RegimeLabel)
 
 
 class RegimeProcessor:
@@ -148,7 +146,9 @@ class RegimeProcessor:
                         # handled before (a replay after a crash): the identical label again
                         replayed += 1
                         sent = orjson.loads(earlier.encoded)
-                        await self._send(event, RegimeLabel.model_validate(sent), sent["model_version"])
+                        again = RegimeLabel.model_validate(sent)
+                        await self._send(event, again.node, again.regime, again.confidence, encode(again),
+                                         sent["model_version"])
                     else:
                         stale += 1
                     continue
@@ -167,12 +167,9 @@ class RegimeProcessor:
                     "model_version": version,
                     "input_ts_ms": vector.input_ts_ms,
                 }
-                if trusted and regime in _REGIMES:
-                    label = _label(fields)
-                    encoded = orjson.dumps(fields)  # what Sink.send writes: the dict is model_dump's
-                else:
-                    label = RegimeLabel(**fields)
-                    encoded = encode(label)
+                # trusted: valid by construction, and these are the bytes encode() writes (the
+                # dict is model_dump's); else validated (and refused) as always
+                encoded = orjson.dumps(fields) if trusted and regime in _REGIMES else encode(RegimeLabel(**fields))
                 latest = hysteresis.label(ts_ms, encoded)
                 history = [latest] if memory is None else [*memory.history, latest][-REPLAY_HISTORY:]
                 record = hysteresis.encode(step.state, history)
@@ -182,17 +179,18 @@ class RegimeProcessor:
                     changed += 1
                 else:
                     labelled += 1
-                await self._send(event, label, version)
+                await self._send(event, node, regime, fields["confidence"], encoded, version)
         finally:
             for outcome, n in (("labelled", labelled), ("changed", changed), ("replayed", replayed),
                                ("stale", stale)):
                 if n:
                     self._count(outcome, n)
 
-    async def _send(self, event: Any, label: RegimeLabel, version: str) -> None:
-        attrs: dict[str, Any] = {names.NODE_NAME: label.node, names.REGIME_LABEL: label.regime,
-                                 names.REGIME_CONFIDENCE: label.confidence, names.MODEL_VERSION: version}
+    async def _send(self, event: Any, node: str, regime: str, confidence: float, encoded: bytes,
+                    version: str) -> None:
+        attrs: dict[str, Any] = {names.NODE_NAME: node, names.REGIME_LABEL: regime,
+                                 names.REGIME_CONFIDENCE: confidence, names.MODEL_VERSION: version}
         with stage_span(names.SPAN_REGIME_INFER, headers_of(event), topic=event.message.topic, group=self.group,
                         attributes=attrs) as ctx:
-            await self.sink.send(OUT_TOPIC, label.node, label, ctx)
+            await self.sink.send_encoded(OUT_TOPIC, node, encoded, ctx)
         self.emitted += 1

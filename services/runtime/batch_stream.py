@@ -231,6 +231,7 @@ class BatchStream:
                             # and a new assignment re-fetches from the committed offsets
                             continue
                         await self.handle(batch)
+                        await self.sink.push()
                         self._advance(batch)
                         if self.settings.flush_each_batch:
                             await self.sink.flush()

@@ -1,7 +1,9 @@
 """Kafka output for stream processors: outputs, dead letters and changelog records through one producer.
 
-Everything a processor writes goes through one idempotent aiokafka producer (``Sink``);
-``BatchStream`` calls ``flush`` (wait until the broker acknowledged everything sent) before
+Everything a processor writes goes through one idempotent aiokafka producer (``Sink``):
+outputs and dead letters collect in one open batch per partition that ``push`` hands over
+(``BatchStream`` pushes after every batch of input), changelog records go out as batches too.
+``BatchStream`` calls ``flush`` (push, then wait until the broker acknowledged everything sent) before
 it commits input offsets, so outputs, dead letters and state are durable before the input
 is marked done (at-least-once; duplicates carry the same idempotent key). Consumed records
 are read through ``event.message.<field>`` (``batch_stream.RecordEvent``).
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.producer.message_accumulator import BatchBuilder
 from opentelemetry import context as otel_context
 
 from contracts import ContractError, decode, encode
@@ -23,8 +26,13 @@ from contracts.headers import Headers, build_headers
 from contracts.topics import DEADLETTER_TOPIC, topic_spec
 from services.runtime.deadletter import dead_letter
 from services.runtime.metrics import DEADLETTERS, MESSAGES_OUT
+from services.runtime.partitioning import default_partition
 
 log = logging.getLogger(__name__)
+KEY_PARTITIONS_MAX = 200_000
+"""Keys whose partition is remembered (nodes, pods); the table starts afresh beyond that."""
+DIRECT_ABOVE = 65_536
+"""Values larger than this (bytes) bypass the open batches (dead letters of big inputs)."""
 
 
 class Sink:
@@ -47,6 +55,12 @@ class Sink:
             request_timeout_ms=120_000,
         )
         self._pending: list[asyncio.Future[Any]] = []
+        # outputs not yet handed to the producer: one open batch per (topic, partition)
+        self._open: dict[tuple[str, int], BatchBuilder] = {}
+        self._open_counts: dict[str, int] = {}
+        self._partitions: dict[str, list[int]] = {}
+        self._key_partitions: dict[tuple[str, bytes], int] = {}
+        self._pushing = asyncio.Lock()
         self._sent_counters: dict[str, Any] = {}
         self.dead_lettered = 0
         self.produced = 0
@@ -80,10 +94,84 @@ class Sink:
         counter.inc()
 
     async def send(self, base_topic: str, key: str, value: Contract, ctx: otel_context.Context | None) -> None:
-        """A contract message with content-type, schema and the trace context ``ctx``."""
+        """A contract message with content-type, schema and the trace context ``ctx``.
+
+        It is appended to an open batch of its partition (the one the producer's default
+        partitioner picks for the key) and handed to the producer by ``push`` (after each
+        batch of input) or ``flush``: one ``send_batch`` per partition instead of a
+        ``send`` per message (~20 µs less per output in regime). A value over
+        ``DIRECT_ABOVE`` bytes goes through ``send`` itself, after what is open, so the
+        producer's own size checks apply to it alone.
+        """
+        await self.send_encoded(base_topic, key, encode(value), ctx)
+
+    async def send_encoded(self, base_topic: str, key: str, value_bytes: bytes,
+                           ctx: otel_context.Context | None) -> None:
+        """``send`` for a value already encoded as ``contracts.encode`` would (a processor that
+        keeps the bytes anyway, e.g. regime's replay history, does not encode twice)."""
         spec = topic_spec(base_topic)
-        await self._send(self.topic(base_topic), key.encode(), encode(value), build_headers(spec.schema, ctx))
+        topic = self.topic(base_topic)
+        key_bytes = key.encode()
+        headers = build_headers(spec.schema, ctx)
+        if len(value_bytes) > DIRECT_ABOVE:
+            await self.push()
+            await self._send(topic, key_bytes, value_bytes, headers)
+            self.produced += 1
+            return
+        partition = self._key_partitions.get((topic, key_bytes))
+        if partition is None:
+            partition = await self._partition_of(topic, key_bytes)
+        batch = self._open.get((topic, partition))
+        if batch is None:
+            batch = self._open[(topic, partition)] = self._producer.create_batch()
+        if batch.append(key=key_bytes, value=value_bytes, timestamp=None, headers=headers) is None:
+            # full: hand it over, and start the partition's next batch (which takes any first record)
+            async with self._pushing:
+                if self._open.get((topic, partition)) is batch:  # else a push took it meanwhile
+                    del self._open[(topic, partition)]
+                    await self._submit(topic, partition, batch)
+            batch = self._open.setdefault((topic, partition), self._producer.create_batch())
+            batch.append(key=key_bytes, value=value_bytes, timestamp=None, headers=headers)
+        self._open_counts[topic] = self._open_counts.get(topic, 0) + 1
         self.produced += 1
+
+    async def _partition_of(self, topic: str, key: bytes) -> int:
+        """The partition ``AIOKafkaProducer.send`` picks for ``key`` (``DefaultPartitioner``: murmur2).
+
+        The topic's partitions are read once: a topic whose partition count grows needs the
+        service restarted (keyed state is partitioned by that count anyway).
+        """
+        partitions = self._partitions.get(topic)
+        if partitions is None:
+            partitions = self._partitions[topic] = list(await self._producer.partitions_for(topic))
+        partition = default_partition(key, partitions)
+        if len(self._key_partitions) >= KEY_PARTITIONS_MAX:
+            self._key_partitions.clear()
+        self._key_partitions[(topic, key)] = partition
+        return partition
+
+    async def _submit(self, topic: str, partition: int, batch: BatchBuilder) -> None:
+        batch.close()  # complete: sent as soon as the connection is free, without lingering
+        self._pending.append(await self._producer.send_batch(batch, topic, partition=partition))
+
+    async def push(self) -> None:
+        """Hand every open output batch to the producer (``flush`` then waits for their acks).
+
+        Pushes run one at a time (the batch loop's and the committer's flush may overlap):
+        batches of one partition reach the producer in the order they were filled.
+        """
+        async with self._pushing:  # also waits for a push in progress (a flush counts on it)
+            if not self._open:
+                return
+            batches, self._open = self._open, {}
+            counts, self._open_counts = self._open_counts, {}
+            for (topic, partition), batch in batches.items():
+                await self._submit(topic, partition, batch)
+        for topic, n in counts.items():
+            counter = self._sent_counters.get(topic)
+            if counter is None:
+                counter = self._sent_counters[topic] = MESSAGES_OUT.labels(topic)
+            counter.inc(n)
 
     async def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         await self._send(topic, key, value, [], partition=partition)
@@ -131,6 +219,7 @@ class Sink:
         Safe to call from concurrent tasks (the stream's committer and its batch loop): each
         call waits for *every* send made before it, not only for the ones no other flush took.
         """
+        await self.push()
         if not self._pending:
             return
         waited = list(self._pending)

@@ -8,7 +8,8 @@ import pytest
 
 from contracts import NodeState, TaskEvent, decode
 from contracts.headers import build_headers
-from loadtests.loadgen import Progress, build_pool, default_partition, generate_nodestate
+from loadtests.loadgen import Progress, build_pool, generate_nodestate
+from services.runtime.partitioning import default_partition
 from tests.kafka_helpers import consume
 
 pytestmark = pytest.mark.integration

@@ -13,13 +13,13 @@ from contracts.models import NodeState
 from loadtests.loadgen import (
     SLICES,
     build_pool,
-    default_partition,
     node_names,
     plan_slices,
     second_middle,
     splice,
     split_nodestate,
 )
+from services.runtime.partitioning import default_partition
 from simulator import SyntheticCluster
 
 TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
