@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from enum import Enum
 
 from opentelemetry import context as otel_context
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -27,8 +28,8 @@ from opentelemetry.trace import (
     SpanContext,
     TraceFlags,
     get_current_span,
-    set_span_in_context,
 )
+from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 Headers = list[tuple[str, bytes]]
@@ -103,34 +104,73 @@ def _extract_with_propagator(headers: Iterable[tuple[str, bytes]]) -> otel_conte
     return get_global_textmap().extract(carrier) if carrier else otel_context.Context()
 
 
-def extract_trace(headers: Iterable[tuple[str, bytes]] | None) -> otel_context.Context:
-    """An OpenTelemetry context continuing the trace in the headers (empty when absent)."""
-    if not headers:
-        return otel_context.Context()
-    # A one-shot iterable could not be scanned twice (fast scan, then the general path).
-    items = headers if isinstance(headers, (list, tuple)) else list(headers)
+class _Propagator(Enum):
+    """What :func:`_traceparent_in` answers when only the propagator may read the headers."""
+
+    ONLY = 0
+
+
+def _traceparent_in(items: Sequence[tuple[str, bytes]]) -> bytes | _Propagator | None:
+    """The (last) traceparent header's bytes, None without one, ``_GENERAL`` for the propagator."""
     traceparent: bytes | None = None
     for key, value in items:
         if key in _TRACE_HEADERS and value is not None:
             # tracestate or a non-bytes value: the general path decides (tracestate parsing, the
             # same decode errors as before). A repeated traceparent: the last one wins, as before.
             if key != TRACEPARENT or value.__class__ is not bytes:
-                return _extract_with_propagator(items)
+                return _Propagator.ONLY
             traceparent = value
-    if traceparent is None:
-        return otel_context.Context()
+    return traceparent
+
+
+def _parsed_parent(traceparent: bytes) -> SpanContext | None:
+    """What TraceContextTextMapPropagator.extract makes of this header alone (remote, no
+    tracestate), or None where the propagator itself must decide."""
     match = _TRACEPARENT_00.fullmatch(traceparent)
     if match is None or not _w3c_global():
-        # The carrier the general path would build: this (last) traceparent and nothing else.
-        return get_global_textmap().extract({TRACEPARENT: traceparent.decode("ascii", errors="replace")})
+        return None
     trace_id = int(match[1], 16)
     span_id = int(match[2], 16)
     if not trace_id or not span_id:  # all-zero ids are invalid: the propagator returns an empty context
+        return None
+    # SpanContext(trace_id, span_id, True, flags, None) without its argument handling: the ids
+    # are non-zero and within 128 / 64 bits (32 / 16 hex digits), so it is valid.
+    return tuple.__new__(SpanContext, (trace_id, span_id, True, _TRACE_FLAGS[match[3]], DEFAULT_TRACE_STATE, True))
+
+
+def extract_trace(headers: Iterable[tuple[str, bytes]] | None) -> otel_context.Context:
+    """An OpenTelemetry context continuing the trace in the headers (empty when absent)."""
+    if not headers:
+        return otel_context.Context()
+    # A one-shot iterable could not be scanned twice (fast scan, then the general path).
+    items = headers if isinstance(headers, (list, tuple)) else list(headers)
+    traceparent = _traceparent_in(items)
+    if traceparent is _Propagator.ONLY:
+        return _extract_with_propagator(items)
+    if traceparent is None:
+        return otel_context.Context()
+    parent = _parsed_parent(traceparent)
+    if parent is None:
+        # The carrier the general path would build: this (last) traceparent and nothing else.
         return get_global_textmap().extract({TRACEPARENT: traceparent.decode("ascii", errors="replace")})
-    # What TraceContextTextMapPropagator.extract builds for this header: remote, no tracestate.
-    # (Positional arguments: measurably cheaper than keywords here.)
-    span_context = SpanContext(trace_id, span_id, True, _TRACE_FLAGS[match[3]], None)
-    return set_span_in_context(NonRecordingSpan(span_context), otel_context.Context())
+    return span_context_in(parent)
+
+
+def remote_parent(headers: Sequence[tuple[str, bytes]] | None) -> SpanContext | None:
+    """The span context ``extract_trace(headers)`` holds, when the fast path gives it (None:
+    no traceparent, or one only ``extract_trace`` itself may read)."""
+    if not headers or not isinstance(headers, (list, tuple)):
+        return None
+    traceparent = _traceparent_in(headers)
+    if traceparent is None or traceparent is _Propagator.ONLY:
+        return None
+    return _parsed_parent(traceparent)
+
+
+def span_context_in(span_context: SpanContext) -> otel_context.Context:
+    """``set_span_in_context(NonRecordingSpan(span_context), Context())``: a context holding
+    only that span (built directly, as ``set_value`` would copy an empty one)."""
+    return otel_context.Context({_SPAN_KEY: NonRecordingSpan(span_context)})
 
 
 def _schema_header(schema: str) -> tuple[str, bytes]:

@@ -35,18 +35,20 @@ from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import (
+    DEFAULT_TRACE_STATE,
     Link,
     NonRecordingSpan,
     ProxyTracer,
     SpanContext,
     SpanKind,
     TraceFlags,
+    TraceState,
     set_span_in_context,
 )
 from opentelemetry.util.types import AttributeValue
 
 from contracts import telemetry as names
-from contracts.headers import extract_trace
+from contracts.headers import extract_trace, remote_parent, span_context_in
 
 tracer: trace.Tracer = trace.get_tracer("borg.stream")
 
@@ -65,6 +67,8 @@ _SAMPLED_RANDOM = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
 _UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _UNSAMPLED_RANDOM = TraceFlags(TraceFlags.DEFAULT | TraceFlags.RANDOM_TRACE_ID)
 _TRACE_ID_LIMIT = TraceIdRatioBased.TRACE_ID_LIMIT
+_TRACE_ID_MAX = 2**128 - 1
+_SPAN_ID_MAX = 2**64 - 1
 
 
 def link_to(headers: Sequence[tuple[str, bytes]] | None) -> Link | None:
@@ -138,8 +142,7 @@ def _direct_context(direct: _Direct, parent: SpanContext) -> tuple[SpanContext, 
     if parent.is_valid:
         if not (parent.is_remote and parent.trace_flags.sampled):
             return None
-        flags = _SAMPLED_RANDOM if parent.trace_flags.random_trace_id else _SAMPLED
-        return SpanContext(parent.trace_id, direct.new_span_id(), False, flags, parent.trace_state), True
+        return _child_of(direct, parent), True
     bound = direct.root_bound
     if bound is None:
         return None
@@ -147,7 +150,20 @@ def _direct_context(direct: _Direct, parent: SpanContext) -> tuple[SpanContext, 
     sampled = (trace_id & _TRACE_ID_LIMIT) < bound
     flags = (_SAMPLED if sampled else _UNSAMPLED) if not direct.random_ids else \
         (_SAMPLED_RANDOM if sampled else _UNSAMPLED_RANDOM)
-    return SpanContext(trace_id, direct.new_span_id(), False, flags, None), sampled
+    return _local(trace_id, direct.new_span_id(), flags, DEFAULT_TRACE_STATE), sampled
+
+
+def _child_of(direct: _Direct, parent: SpanContext) -> SpanContext:
+    """The context of a sampled remote parent's child (the parent-based sampler's ALWAYS_ON)."""
+    flags = _SAMPLED_RANDOM if parent.trace_flags.random_trace_id else _SAMPLED
+    return _local(parent.trace_id, direct.new_span_id(), flags, parent.trace_state)
+
+
+def _local(trace_id: int, span_id: int, flags: TraceFlags, state: TraceState) -> SpanContext:
+    """``SpanContext(trace_id, span_id, False, flags, state)`` for a not-None ``state``, without
+    the keyword and default handling (validity computed as it computes it)."""
+    valid = 0 < trace_id <= _TRACE_ID_MAX and 0 < span_id <= _SPAN_ID_MAX
+    return tuple.__new__(SpanContext, (trace_id, span_id, False, flags, state, valid))
 
 
 class _DirectSpan:
@@ -198,7 +214,6 @@ class _StageSpan:
 
     def __enter__(self) -> otel_context.Context:
         global _direct
-        parent = extract_trace(self._headers)
         attrs: dict[str, AttributeValue] = {
             _SYSTEM: "kafka",
             _OPERATION: "process",
@@ -211,6 +226,14 @@ class _StageSpan:
         if not links:
             direct = _direct = _direct_for(tracer, _direct)
             if direct is not None and len(attrs) <= direct.max_attributes and _plain(attrs, self._attributes):
+                remote = remote_parent(self._headers)
+                if remote is not None and remote.trace_flags.sampled:
+                    # the usual input: a sampled parent read straight from the header (no
+                    # parent Context built and read back); the same child as below
+                    context = _child_of(direct, remote)
+                    self._direct_span = _DirectSpan(direct, self._name, context, remote, attrs)
+                    return span_context_in(context)
+                parent = extract_trace(self._headers)
                 parent_context = trace.get_current_span(parent).get_span_context()
                 made = _direct_context(direct, parent_context)
                 if made is not None:
@@ -219,6 +242,7 @@ class _StageSpan:
                         self._direct_span = _DirectSpan(direct, self._name, context,
                                                         parent_context if parent_context.is_valid else None, attrs)
                     return set_span_in_context(NonRecordingSpan(context), parent)
+        parent = extract_trace(self._headers)
         sdk_span = tracer.start_span(self._name, context=parent, kind=_CONSUMER, attributes=attrs,
                                      links=list(links) if links else ())  # the SDK turns [] into () anyway
         self._span = sdk_span

@@ -263,6 +263,47 @@ def test_extract_matches_the_global_propagator_on_generated_headers(seed: int) -
     assert seen["raised"] > 10
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_remote_parent_is_the_span_context_extract_gives(seed: int) -> None:
+    """``remote_parent`` (stage_span's shortcut) answers only where it is exact, else None."""
+    rng = random.Random(seed)
+    answered = 0
+    for _ in range(CASES_PER_SEED):
+        hdrs = random_headers(rng)
+        try:
+            expected = old_extract_trace(copy_headers(hdrs))
+        except Exception as exc:  # the shortcut fails the same way, or declines (extract_trace then fails)
+            try:
+                declined = hdr.remote_parent(copy_headers(hdrs))  # type: ignore[arg-type]
+            except Exception as same:
+                assert type(same) is type(exc), hdrs
+            else:
+                assert declined is None, hdrs
+            continue
+        got = hdr.remote_parent(copy_headers(hdrs))  # type: ignore[arg-type]
+        if got is None:
+            continue
+        answered += 1
+        parent = trace.get_current_span(expected).get_span_context()
+        assert got == parent and got.is_valid and got.is_remote, hdrs
+        assert tuple(got) == tuple(parent)  # every field, is_valid and trace_state included
+        # the context built from it holds what the extracted one holds (spans compare by identity)
+        built, extracted = hdr.span_context_in(got), hdr.extract_trace(copy_headers(hdrs))
+        assert list(built) == list(extracted), hdrs
+        assert all(type(built[k]) is type(extracted[k]) for k in built)
+        assert trace.get_current_span(built).get_span_context() == parent
+    assert answered > CASES_PER_SEED // 4
+
+
+def test_remote_parent_declines_what_only_extract_may_read() -> None:
+    tp = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert hdr.remote_parent([("traceparent", tp)]) is not None
+    for declined in (None, [], [("schema", b"x")], iter([("traceparent", tp)]), {"traceparent": tp},
+                     [("traceparent", tp), ("tracestate", b"a=b")], [("traceparent", tp.upper())],
+                     [("traceparent", b"00-" + b"0" * 32 + tp[35:])], [("traceparent", tp.decode())]):
+        assert hdr.remote_parent(declined) is None, declined  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "raw",
     [
