@@ -45,11 +45,17 @@ class TopicSpec:
         return cfg
 
 
+_LARGE_SEGMENTS = {"segment.bytes": str(1024**3)}
+"""Kafka's default segment size, pinned for the two high-volume streams whatever the broker's
+default (the local broker's is 64 MB): at 10,000 NodeState/s a 64 MB segment of nodestate.v1
+fills in ~16 s per partition, and the seconds around each roll of the six partitions were
+where the pipeline's p99 went over 250 ms (docs/stream.md, "Benchmark")."""
+
 TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec(name="nodestate.v1", key="node", model=NodeState, partitions=6),
+    TopicSpec(name="nodestate.v1", key="node", model=NodeState, partitions=6, extra_config=_LARGE_SEGMENTS),
     TopicSpec(name="taskevents.v1", key="task id", model=TaskEvent, partitions=6),
     TopicSpec(name="clusterstate.v1", key="cluster/namespace", model=ClusterState, partitions=1, compacted=True),
-    TopicSpec(name="features.v1", key="node", model=FeatureVector, partitions=6),
+    TopicSpec(name="features.v1", key="node", model=FeatureVector, partitions=6, extra_config=_LARGE_SEGMENTS),
     TopicSpec(name="regimes.v1", key="node", model=RegimeLabel, partitions=6, compacted=True),
     TopicSpec(name="anomalies.v1", key="node", model=AnomalyScore, partitions=6, compacted=True),
     TopicSpec(name="risk.v1", key="task or node", model=FailureRisk, partitions=6, compacted=True),
