@@ -15,6 +15,12 @@ if ! bash infra/kafka/kafka.sh status >/dev/null; then
   export KAFKA_DATA_DIR="${BORG_STATE:-$BORG_CACHE/state}/kafka-test-data"
   rm -rf "$KAFKA_DATA_DIR"
   echo "kafka: fresh test data directory $KAFKA_DATA_DIR"
+else
+  # A broker already runs (a developer's): the tests that stop and restart it (the node
+  # agent's outage test) must bring it back on the data it was started with.
+  KAFKA_DATA_DIR="$(bash infra/kafka/kafka.sh data-dir)"
+  export KAFKA_DATA_DIR
+  echo "kafka: reusing the running broker (data $KAFKA_DATA_DIR)"
 fi
 bash infra/kafka/kafka.sh start
 for component in jaeger kube; do

@@ -5,6 +5,7 @@
 #   kafka.sh stop     stop cleanly (SIGTERM, bounded wait, then SIGKILL)
 #   kafka.sh status   one line; exit 0 healthy, 3 down
 #   kafka.sh classpath  print the broker classpath (used by benchmarks for Kafka's own perf tools)
+#   kafka.sh data-dir   print the data directory the broker was last configured with
 # Settings (env): BORG_CACHE, BORG_STATE, KAFKA_DATA_DIR, KAFKA_PORT (9092),
 # KAFKA_CONTROLLER_PORT (9093), KAFKA_HEAP (1g).
 set -euo pipefail
@@ -133,5 +134,8 @@ case "${1:-}" in
   stop) cmd_stop ;;
   status) cmd_status ;;
   classpath) echo "$libs/*" ;;
-  *) echo "usage: $0 {fetch|start|stop|status|classpath}" >&2; exit 2 ;;
+  data-dir)
+    [[ -f "$run_dir/server.properties" ]] || die "no broker configured yet ($run_dir/server.properties)"
+    sed -n 's/^log\.dirs=//p' "$run_dir/server.properties" ;;
+  *) echo "usage: $0 {fetch|start|stop|status|classpath|data-dir}" >&2; exit 2 ;;
 esac
