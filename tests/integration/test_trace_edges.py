@@ -131,12 +131,6 @@ async def test_decision_trace_has_every_edge(
         "REFEREE_MODE": "apply",
         "REFEREE_KUBECONFIG": stack,
         "AGENT_MAX_INPUT_AGE_S": "100000",
-        # The trace is the subject here, not the admission policy: any contended label taints.
-        # With the defaults (slowdown 1.5, confidence 0.6) one suite run saw no action within
-        # 120 s after the regime model was retrained (60 x 6; the 8 nodes' labels decide it,
-        # and the run's start falls differently on the 10 s windows each time).
-        "AGENT_ADMISSION_TAINT_INTERFERENCE": "1.05",
-        "AGENT_ADMISSION_MIN_CONFIDENCE": "0.3",
     }
     procs = [
         subprocess.Popen(
