@@ -180,7 +180,14 @@ async def test_decision_trace_has_every_edge(
             chosen[:] = [d for d in (decode(Decision, r.value) for r in records) if d.chosen_proposal_id and d.trace_id]
             return bool(chosen)
 
-        await wait_until(acted, timeout=120, interval=2.0, what="a decision that chose an action")
+        try:
+            await wait_until(acted, timeout=120, interval=2.0, what="a decision that chose an action")
+        except AssertionError as exc:
+            # where the chain stopped: records per hop, and decisions that chose nothing
+            counts = {base: len(await drain(kafka_bootstrap, f"{topic_prefix}{base}"))
+                      for base in ("nodestate.v1", "features.v1", "regimes.v1", "proposals.v1", "decisions.v1")}
+            logs = {name: (tmp_path / f"{name}.log").read_text(errors="replace")[-2000:] for name in SERVICES}
+            raise AssertionError(f"{exc}; records per topic {counts}; service log tails {logs}") from None
         decision = chosen[0]
         assert decision.trace_id is not None
 
