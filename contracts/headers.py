@@ -111,7 +111,7 @@ class _Propagator(Enum):
 
 
 def _traceparent_in(items: Sequence[tuple[str, bytes]]) -> bytes | _Propagator | None:
-    """The (last) traceparent header's bytes, None without one, ``_GENERAL`` for the propagator."""
+    """The (last) traceparent header's bytes, None without one, ``_Propagator.ONLY`` for the propagator."""
     traceparent: bytes | None = None
     for key, value in items:
         if key in _TRACE_HEADERS and value is not None:
