@@ -18,7 +18,7 @@ from contracts.fast_featurevector import assembler
 from featurelib.node_features import node_feature_schema_hash
 from services.anomaly.model import AnomalyModel
 from services.anomaly.settings import AnomalySettings
-from services.runtime.batch_stream import Batch, BatchStream, events_of
+from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, events_of
 from services.runtime.model_watch import ModelWatcher
 from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id
@@ -49,7 +49,7 @@ class AnomalyProcessor:
         self.schema_hash = node_feature_schema_hash()
         self.group = app_id(SERVICE, settings.topic_prefix)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
-                                  handle=self._handle, linger_s=LINGER_S, nice=NICE)
+                                  handle=self._handle, linger_s=LINGER_S, nice=NICE, batch_max=MODEL_BATCH_MAX)
         self.emitted = 0
         self._outcomes: dict[str, Counter] = {}
 

@@ -31,7 +31,7 @@ from featurelib.node_features import node_feature_schema_hash
 from services.regime import hysteresis
 from services.regime.model import RegimeModel
 from services.regime.settings import RegimeSettings
-from services.runtime.batch_stream import Batch, BatchStream, ChangelogState, events_of
+from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, ChangelogState, events_of
 from services.runtime.model_watch import ModelWatcher
 from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id
@@ -44,8 +44,11 @@ LINGER_S = 0.02
 SERVICE = "regime"
 IN_TOPIC = "features.v1"
 OUT_TOPIC = "regimes.v1"
-REPLAY_HISTORY = 6
-"""Labels kept per node so that re-delivered windows are answered identically."""
+REPLAY_HISTORY = 3
+"""Labels kept per node so that re-delivered windows are answered identically. What is delivered again after a
+crash is the input since the last commit (every second): one window per node in live operation (a window every
+10 s), ~3 per node in a drain of 5,000 nodes at ~13,000 windows/s. Older windows are counted ``stale`` and not
+answered again. (6 cost ~3 µs more per window, in writing each node's longer record.)"""
 WINDOWS = Counter("borg_regime_windows_total", "Feature windows by outcome", ["outcome"])
 MEMORY_SLACK = 1024
 """Decoded records of nodes no longer in the state (partitions moved) kept before a sweep."""
@@ -65,7 +68,7 @@ class RegimeProcessor:
         self.state = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-hysteresis-changelog",
                                     sink=sink, replication=settings.replication_factor)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
-                                  handle=self._handle, state=[self.state], linger_s=LINGER_S)
+                                  handle=self._handle, state=[self.state], linger_s=LINGER_S, batch_max=MODEL_BATCH_MAX)
         self.emitted = 0
         # node → (record, the record decoded). An entry is current while the state holds
         # that very bytes object: a restore replaces it with another, a forget drops it.

@@ -39,7 +39,7 @@ from services.risk.aggregate import node_probability
 from services.risk.model import FailureModel
 from services.risk.settings import RiskSettings
 from services.risk.state import RiskState
-from services.runtime.batch_stream import Batch, BatchStream, ChangelogState, events_of
+from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, ChangelogState, events_of
 from services.runtime.model_watch import ModelWatcher, infer_rows
 from services.runtime.stream_io import Sink, decode_event, headers_of, timestamp_ms
 from services.runtime.stream_settings import app_id
@@ -77,7 +77,8 @@ class RiskProcessor:
         self.nodes = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-node_features-changelog",
                                     sink=sink, replication=settings.replication_factor)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[TASK_TOPIC, FEATURE_TOPIC],
-                                  handle=self._handle, state=[self.nodes], linger_s=LINGER_S, nice=NICE)
+                                  handle=self._handle, state=[self.nodes], linger_s=LINGER_S, nice=NICE,
+                                  batch_max=MODEL_BATCH_MAX)
         self.task_topic = settings.topic(TASK_TOPIC)
         self.task_events = 0
         self.feature_events = 0

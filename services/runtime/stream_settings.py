@@ -31,9 +31,12 @@ class StreamSettings(RuntimeSettings):
         default=10.0, ge=6.0, le=300.0,
         validation_alias=AliasChoices("STREAM_SESSION_TIMEOUT_S", "FAUST_SESSION_TIMEOUT_S"),
         description="how long a crashed member holds its partitions before the group rebalances without it")
-    batch_max: int = Field(default=500, ge=1, le=20_000, validation_alias="STREAM_BATCH_MAX",
-                           description="most records handled per batch (smaller: lower latency under load; "
-                                       "at 10,000 NodeState/s p99 was ~320 ms with 500 and ~530 ms with 2,000)")
+    batch_max: int | None = Field(
+        default=None, ge=1, le=20_000, validation_alias="STREAM_BATCH_MAX",
+        description="most records handled per batch; default per service: features 500 (smaller: lower latency "
+                    "under load; at 10,000 NodeState/s its p99 was ~320 ms with 500 and ~530 ms with 2,000), regime, "
+                    "anomaly and risk 2,000 (their batches fill only when they are behind, and a bigger one drains "
+                    "faster: regime ~7 % less CPU per record than with 500)")
     batch_linger_s: float | None = Field(
         default=None, ge=0, le=5, validation_alias=AliasChoices("STREAM_BATCH_LINGER_S", "STREAM_BATCH_WITHIN_S"),
         description="how long the broker may hold a fetch to fill a batch (bigger batches amortise model calls; "

@@ -336,17 +336,38 @@ def test_fuzz_sample_from_dict_is_bit_identical() -> None:
 
 
 def test_fuzz_pane_add_is_bit_identical() -> None:
-    """Including -0.0, huge, infinite and NaN values (sums must stay the same floats)."""
+    """Including -0.0, huge, infinite and NaN values (sums must stay the same floats).
+
+    PaneAgg folds the samples it kept when its sums are read: panes of up to 400 samples
+    (one fold summing hundreds in order), and reads in between (folds onto earlier sums).
+    """
     rng = random.Random(3)
     pool: list[float | None] = [None, 0.0, -0.0, 1.0, -1.0, 1e308, -1e308, math.inf, 1e-320, 0.1, 3.0]
-    for _ in range(50):
+    for _ in range(60):
         panes = _Panes()
-        for ts in range(rng.randint(1, 40)):
+        for ts in range(rng.randint(1, 40) if rng.random() < 0.7 else rng.randint(100, 400)):
             metrics = [rng.choice(pool) if rng.random() < 0.3 else rng.uniform(-1e3, 1e3) for _ in METRICS]
             if rng.random() < 0.05:
                 metrics[rng.randrange(len(metrics))] = math.nan
-            panes.add(metrics, rng.randint(0, 10**6) if ts else 0)
+            panes.add(tuple(metrics) if rng.random() < 0.5 else metrics, rng.randint(0, 10**6) if ts else 0)
+            if rng.random() < 0.03:
+                panes.check()
         panes.check()
+
+
+def test_pane_sums_survive_bytes_and_copies() -> None:
+    """A pane read back from its bytes, or copied out of the ring, has the same sums and goes on adding alike."""
+    rng = random.Random(5)
+    panes = _Panes()
+    for ts in range(12):
+        panes.add([None if rng.random() < 0.2 else rng.uniform(0, 5) for _ in METRICS], 1000 + ts)
+    back = PaneAgg.from_bytes(panes.agg.to_bytes())
+    assert back == panes.agg and _bits(back.s) == _bits(panes.s)
+    more = [rng.uniform(0, 5) for _ in METRICS]
+    back.add(more, 2000)
+    panes.add(more, 2000)
+    panes.check()
+    assert back == panes.agg and back != PaneAgg(panes.agg.index)
 
 
 def test_malformed_counter_entry_fails_as_before() -> None:

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--holdout-seed", type=int, default=7, help="which kinds are held out")
     p.add_argument("--holdout-per-class", type=int, default=1)
-    p.add_argument("--trees", type=int, default=60)
+    p.add_argument("--trees", type=int, default=40)
     p.add_argument("--depth", type=int, default=6)
     p.add_argument("--alibaba", type=Path, default=None,
                    help="machine_usage.csv (default $BORG_DATA_DIR/alibaba2018/machine_usage.csv when present)")
