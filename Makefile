@@ -34,7 +34,7 @@ unit: venv
 
 lint: venv
 	@$(VENV)/bin/ruff check .
-	@$(VENV)/bin/mypy contracts services borgctl training featurelib simulator loadtests
+	@$(VENV)/bin/mypy contracts services borgctl training featurelib simulator loadtests tests
 	@$(VENV)/bin/lint-imports
 
 stack: venv

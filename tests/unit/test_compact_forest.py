@@ -33,7 +33,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def forest_path(version_dir: Path) -> Path:
     card = orjson.loads((version_dir / "model_card.json").read_bytes())
-    return version_dir / card["onnx"]["files"]["forest"]
+    name: str = card["onnx"]["files"]["forest"]
+    return version_dir / name
 
 
 def fresh_rows(n: int, seed: int) -> np.ndarray:

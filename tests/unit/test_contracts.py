@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import orjson
 import pytest
@@ -148,6 +149,8 @@ def test_feature_vector_mask_must_match_values() -> None:
 
 
 def test_decision_carries_every_proposal() -> None:
+    pairs: list[tuple[Literal["reliability", "efficiency"], Literal["scale_out", "scale_in"]]] = [
+        ("reliability", "scale_out"), ("efficiency", "scale_in")]
     target = TargetRef(kind="Deployment", name="web", namespace="prod")
     proposals = [
         Proposal(
@@ -159,7 +162,7 @@ def test_decision_carries_every_proposal() -> None:
             ts_ms=TS,
             evidence=[Evidence(topic="risk.v1", key="web", field="p", value=0.9, ts_ms=TS)],
         )
-        for i, (agent, kind) in enumerate([("reliability", "scale_out"), ("efficiency", "scale_in")])
+        for i, (agent, kind) in enumerate(pairs)
     ]
     decision = Decision(
         decision_id="d1",

@@ -345,16 +345,16 @@ def test_bounds_the_processors_trust_are_the_contracts() -> None:
     lo, hi, name = regime_processor._SLOWDOWN_MIN, regime_processor._SLOWDOWN_MAX, regime_processor._NAME_MAX
     assert name == anomaly_processor._NAME_MAX
     for ok in ({"interference": {"a": lo, "b": hi}}, {"model_version": "v" * name}):
-        RegimeLabel(**{**base, **ok})
+        RegimeLabel.model_validate({**base, **ok})
     for bad in ({"interference": {"a": math.nextafter(lo, 0)}}, {"interference": {"a": math.nextafter(hi, 200)}},
                 {"model_version": "v" * (name + 1)}, {"model_version": ""}):
         with pytest.raises(ValidationError):
-            RegimeLabel(**{**base, **bad})
+            RegimeLabel.model_validate({**base, **bad})
     score = {"node": "n", "ts_ms": T0, "score": 0.0, "is_anomaly": False, "threshold": 1.0, "model_version": "v" * name,
              "input_ts_ms": T0}
-    AnomalyScore(**score)
+    AnomalyScore.model_validate(score)
     with pytest.raises(ValidationError):
-        AnomalyScore(**{**score, "model_version": "v" * (name + 1)})
+        AnomalyScore.model_validate({**score, "model_version": "v" * (name + 1)})
 
 
 def test_model_failure_is_isolated_to_its_row() -> None:
