@@ -359,7 +359,7 @@ class PaneAgg:
                  q: Sequence[float] | None = None, samples: int = 0, input_ts_ms: int = 0, expected: int = 1) -> None:
         self.index = index
         self._sums: np.ndarray | None = None if n is None and s is None and q is None else np.array(
-            (n or _ZEROS, s or _ZEROS, q or _ZEROS), dtype=np.float64)
+            [_ZEROS if v is None else v for v in (n, s, q)], dtype=np.float64)
         self._pending: list[Sequence[float | None]] = []
         self.samples = samples
         self.input_ts_ms = input_ts_ms
@@ -373,6 +373,10 @@ class PaneAgg:
         return agg
 
     def add(self, metrics: Sequence[float | None], input_ts_ms: int) -> None:
+        """Count the sample ``metrics`` (M floats or None, kept as given until the next fold: a tuple, or a list
+        nobody changes)."""
+        if len(metrics) != M:  # here, not in a later fold, so the error is this sample's
+            raise ValueError(f"a sample has {M} metrics, not {len(metrics)}")
         self._pending.append(metrics)
         self.samples += 1
         if input_ts_ms > self.input_ts_ms:

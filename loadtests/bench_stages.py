@@ -90,7 +90,7 @@ IDLE_BUSY_PERCENT = 25.0
 """Warn when the machine is busier than this (all CPUs, over a second) before the bench starts."""
 PASSTHROUGH_TOPIC = "bench-stages-passthrough"
 BATCH_MAX = 2000
-"""Records per fetched batch, as ``StreamSettings.batch_max``."""
+"""Records per fetched batch, as the model stages fetch by default (``batch_stream.MODEL_BATCH_MAX``)."""
 COMMIT_INTERVAL_S = 1.0
 """As regime, anomaly and risk commit by default (features: every 5 s; a commit a second costs little)."""
 STAGE_INPUT = {"features": "nodestate.v1", "regime": "features.v1", "anomaly": "features.v1", "risk": "features.v1"}

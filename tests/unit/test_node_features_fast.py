@@ -396,3 +396,10 @@ def test_orders_the_straight_line_code_relies_on() -> None:
         "llc_misses_gps", "cache_refs_gps", "cache_misses_gps", "branch_misses_gps", "rec_mkpi",
         "rec_mem_gps", "sanity_violation",
     )
+
+
+def test_pane_refuses_a_sample_of_the_wrong_length_when_it_is_added() -> None:
+    pane = PaneAgg(0)
+    with pytest.raises(ValueError, match="metrics"):
+        pane.add([1.0] * (len(METRICS) - 1), 0)
+    assert pane.samples == 0 and pane.n == [0.0] * len(METRICS)
