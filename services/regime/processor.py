@@ -44,11 +44,11 @@ LINGER_S = 0.02
 SERVICE = "regime"
 IN_TOPIC = "features.v1"
 OUT_TOPIC = "regimes.v1"
-REPLAY_HISTORY = 3
+REPLAY_HISTORY = 4
 """Labels kept per node so that re-delivered windows are answered identically. What is delivered again after a
 crash is the input since the last commit (every second): one window per node in live operation (a window every
-10 s), ~3 per node in a drain of 5,000 nodes at ~13,000 windows/s. Older windows are counted ``stale`` and not
-answered again. (6 cost ~3 µs more per window, in writing each node's longer record.)"""
+10 s), up to ~4 per node in a drain of 5,000 nodes at ~19,000 windows/s. Older windows are counted ``stale`` and
+not answered again. (6 cost 1-3 µs more per window than 3, in writing each node's longer record.)"""
 WINDOWS = Counter("borg_regime_windows_total", "Feature windows by outcome", ["outcome"])
 MEMORY_SLACK = 1024
 """Decoded records of nodes no longer in the state (partitions moved) kept before a sweep."""
