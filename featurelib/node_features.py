@@ -407,10 +407,6 @@ class PaneAgg:
         out: list[float] = self.sums()[2].tolist()
         return out
 
-    def array(self) -> np.ndarray:
-        """(3, M): counts, sums, sums of squares (a copy)."""
-        return self.sums().copy()
-
     def body(self) -> bytes:
         """The sums as ``_PANE_BODY`` packs them: counts, sums, sums of squares, little-endian doubles."""
         return np.ascontiguousarray(self.sums(), dtype="<f8").tobytes()
@@ -445,17 +441,13 @@ def _body_sums(data: bytes, offset: int) -> np.ndarray:
     return np.frombuffer(data, dtype="<f8", count=3 * M, offset=offset).astype(np.float64).reshape(3, M)
 
 
+@np.errstate(all="ignore")  # inf - inf and overflow make NaN and inf silently, as Python's floats do
 def _fold(sums: np.ndarray | None, pending: Sequence[Sequence[float | None]]) -> np.ndarray:
     """``sums`` (None: zeros) with the samples ``pending`` added one after the other; a None metric is not counted.
 
     The reduction runs over the samples axis, which is not the contiguous one, so numpy adds
     row after row in order (no pairwise summation): the loop's floats exactly.
     """
-    with np.errstate(all="ignore"):  # inf - inf and overflow make NaN and inf silently, as Python's floats do
-        return _fold_quiet(sums, pending)
-
-
-def _fold_quiet(sums: np.ndarray | None, pending: Sequence[Sequence[float | None]]) -> np.ndarray:
     x = np.array(pending, dtype=np.float64)  # None becomes NaN
     missing = np.isnan(x)
     if sum(row.count(None) for row in pending) != np.count_nonzero(missing):

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.runtime.settings import RuntimeSettings, SettingsError, load_settings
+from services.runtime.stream_settings import StreamSettings
 
 
 def test_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,3 +32,15 @@ def test_bad_setting_names_the_variable(
     err = capsys.readouterr().err
     assert f"setting {var}" in err
     assert repr(value) in err
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("STREAM_NICE", "20"), ("STREAM_NICE", "-1"), ("STREAM_NICE", "high"),
+    ("STREAM_BATCH_MAX", "0"), ("STREAM_BATCH_MAX", "20001"), ("STREAM_BATCH_MAX", "many"),
+])
+def test_bad_stream_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                               variable: str, value: str) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError):
+        load_settings(StreamSettings)
+    assert f"setting {variable}" in capsys.readouterr().err
