@@ -371,29 +371,41 @@ class KubeActuator:
 
     async def _evict(self, step: Step) -> Outcome:
         path = self._pod_path(step.target)
-        pod = await self._call("GET", path, ("", "pods", "get"))
-        involved = self._involved(pod, "Pod", "v1")
-        if dup := self._duplicate(step, pod, involved):
-            return dup
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return Outcome("refused", "no change: pod is already terminating", involved=involved)
-        # Like the Eviction API: only a Running pod counts against a disruption budget.
-        if self.s.pdb_precheck and (pod.get("status") or {}).get("phase") == "Running":
-            blocked = budgets.eviction_blocked(
-                await self._pdbs(str(step.target.namespace)), dict(meta.get("labels") or {})
-            )
-            if blocked:
-                return Outcome("refused", f"disruption budget: {blocked}", involved=involved)
-        uid = str(step.proposal.payload.get("pod_uid") or meta.get("uid") or "")
-        await self._call(
-            "POST",
-            path + "/eviction",
-            ("", "pods/eviction", "create"),
-            body=patches.eviction_body(step.target, uid or None),
-            dry_run=step.dry_run,
-            manager=False,
-        )
+        wanted_uid = str(step.proposal.payload.get("pod_uid") or "")
+        attempts = self.s.conflict_retries + 1
+        for attempt in range(attempts):
+            pod = await self._call("GET", path, ("", "pods", "get"))
+            involved = self._involved(pod, "Pod", "v1")
+            if dup := self._duplicate(step, pod, involved):
+                return dup
+            meta = pod.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                return Outcome("refused", "no change: pod is already terminating", involved=involved)
+            # Like the Eviction API: only a Running pod counts against a disruption budget.
+            if self.s.pdb_precheck and (pod.get("status") or {}).get("phase") == "Running":
+                blocked = budgets.eviction_blocked(
+                    await self._pdbs(str(step.target.namespace)), dict(meta.get("labels") or {})
+                )
+                if blocked:
+                    return Outcome("refused", f"disruption budget: {blocked}", involved=involved)
+            uid = wanted_uid or str(meta.get("uid") or "")
+            try:
+                await self._call(
+                    "POST",
+                    path + "/eviction",
+                    ("", "pods/eviction", "create"),
+                    body=patches.eviction_body(step.target, uid or None, meta.get("resourceVersion")),
+                    dry_run=step.dry_run,
+                    manager=False,
+                )
+            except ApiException as exc:
+                # The pod changed since it was read: read it again. A different pod under the
+                # same name (the proposal's UID) conflicts every time, so it is not retried.
+                if exc.status == 409 and attempt + 1 < attempts and uid == meta.get("uid"):
+                    log.info("409 on %s, re-reading (attempt %d)", path, attempt + 1)
+                    continue
+                raise
+            break
         if not step.dry_run:
             try:  # mark the (now terminating) pod with the decision; it may already be gone
                 await self._call(

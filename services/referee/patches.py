@@ -87,14 +87,20 @@ def resize_body(pod: Obj, total_mib: int) -> tuple[Obj | None, str]:
     return body, f"memory requests {format_mib(total)} → {total_mib}Mi"
 
 
-def eviction_body(target: TargetRef, uid: str | None) -> Obj:
+def eviction_body(target: TargetRef, uid: str | None, resource_version: str | None = None) -> Obj:
+    """An Eviction; with a resourceVersion precondition the API server answers a conflict at once.
+
+    Without one, kube-apiserver retries a conflicting eviction itself (20 x 500 ms): a stale UID
+    then costs ~10 s, as long as the referee's request timeout, and races it.
+    """
     body: Obj = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": target.name, "namespace": target.namespace},
     }
-    if uid:
-        body["deleteOptions"] = {"preconditions": {"uid": uid}}
+    preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+    if preconditions:
+        body["deleteOptions"] = {"preconditions": preconditions}
     return body
 
 

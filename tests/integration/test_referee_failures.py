@@ -95,7 +95,7 @@ async def test_api_errors_become_action_results_and_the_referee_keeps_going(
         pod_ref(ns, "moved").key(): ("failed", 409),
         dep_ref(ns, "low").key(): ("failed", 422),
         pod_ref(ns, "guarded").key(): ("refused", 429),
-    }
+    }, {k: r.message for k, r in results.items()}
     assert results[dep_ref(ns, "ghost").key()].api_response == {
         "code": 404,
         "reason": "NotFound",
