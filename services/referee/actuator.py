@@ -251,6 +251,35 @@ class KubeActuator:
         )
         return list(body.get("items") or [])
 
+    async def _read_then_write(
+        self,
+        step: Step,
+        path: str,
+        read: Rbac,
+        kind: str,
+        api_version: str,
+        write: Callable[[Obj, Obj], Awaitable[Outcome]],
+        retryable: Callable[[Obj], bool] = lambda obj: True,
+    ) -> Outcome:
+        """GET the target, then `write(obj, involved)`; a 409 re-reads and writes again.
+
+        The writes carry the read's resourceVersion, so a conflict means the object changed in
+        between; up to `conflict_retries` more attempts, unless `retryable(obj)` says no.
+        """
+        attempts = self.s.conflict_retries + 1
+        for attempt in range(1, attempts + 1):
+            obj = await self._call("GET", path, read)
+            involved = self._involved(obj, kind, api_version)
+            if dup := self._duplicate(step, obj, involved):
+                return dup
+            try:
+                return await write(obj, involved)
+            except ApiException as exc:
+                if exc.status != 409 or attempt == attempts or not retryable(obj):
+                    raise
+                log.info("409 on %s, re-reading (attempt %d)", path, attempt)
+        raise AssertionError("unreachable")
+
     # ------------------------------------------------------------------ Deployments
 
     def _deployment_path(self, t: TargetRef) -> str:
@@ -321,29 +350,18 @@ class KubeActuator:
 
     async def _node(self, step: Step) -> Outcome:
         path = f"/api/v1/nodes/{step.target.name}"
-        attempts = self.s.conflict_retries + 1
-        for attempt in range(attempts):
-            node = await self._call("GET", path, ("", "nodes", "get"))
-            involved = self._involved(node, "Node", "v1")
-            if dup := self._duplicate(step, node, involved):
-                return dup
+
+        async def write(node: Obj, involved: Obj) -> Outcome:
             plan = self._node_plan(step, node)
             if isinstance(plan, Outcome):
                 return Outcome(plan.outcome, plan.message, involved=involved)
             body, message, response = plan
             rv = (node.get("metadata") or {}).get("resourceVersion")
             body = {**body, **patches.metadata_patch(step.decision, body.pop("labels", None), rv)}
-            try:
-                await self._call(
-                    "PATCH", path, ("", "nodes", "patch"), body=body, content_type=MERGE, dry_run=step.dry_run
-                )
-            except ApiException as exc:
-                if exc.status == 409 and attempt + 1 < attempts:
-                    log.info("409 on %s, re-reading (attempt %d)", path, attempt + 1)
-                    continue
-                raise
+            await self._call("PATCH", path, ("", "nodes", "patch"), body=body, content_type=MERGE, dry_run=step.dry_run)
             return self._done(step, message, response, involved)
-        raise AssertionError("unreachable")
+
+        return await self._read_then_write(step, path, ("", "nodes", "get"), "Node", "v1", write)
 
     def _node_plan(self, step: Step, node: Obj) -> Outcome | tuple[Obj, str, dict[str, JsonScalar]]:
         spec = node.get("spec") or {}
@@ -372,12 +390,8 @@ class KubeActuator:
     async def _evict(self, step: Step) -> Outcome:
         path = self._pod_path(step.target)
         wanted_uid = str(step.proposal.payload.get("pod_uid") or "")
-        attempts = self.s.conflict_retries + 1
-        for attempt in range(attempts):
-            pod = await self._call("GET", path, ("", "pods", "get"))
-            involved = self._involved(pod, "Pod", "v1")
-            if dup := self._duplicate(step, pod, involved):
-                return dup
+
+        async def write(pod: Obj, involved: Obj) -> Outcome:
             meta = pod.get("metadata") or {}
             if meta.get("deletionTimestamp"):
                 return Outcome("refused", "no change: pod is already terminating", involved=involved)
@@ -389,32 +403,33 @@ class KubeActuator:
                 if blocked:
                     return Outcome("refused", f"disruption budget: {blocked}", involved=involved)
             uid = wanted_uid or str(meta.get("uid") or "")
-            try:
-                await self._call(
-                    "POST",
-                    path + "/eviction",
-                    ("", "pods/eviction", "create"),
-                    body=patches.eviction_body(step.target, uid or None, meta.get("resourceVersion")),
-                    dry_run=step.dry_run,
-                    manager=False,
-                )
-            except ApiException as exc:
-                # The pod changed since it was read: read it again. A different pod under the
-                # same name (the proposal's UID) conflicts every time, so it is not retried.
-                if exc.status == 409 and attempt + 1 < attempts and uid == meta.get("uid"):
-                    log.info("409 on %s, re-reading (attempt %d)", path, attempt + 1)
-                    continue
-                raise
-            break
-        if not step.dry_run:
-            try:  # mark the (now terminating) pod with the decision; it may already be gone
-                await self._call(
-                    "PATCH", path, ("", "pods", "patch"), body=patches.metadata_patch(step.decision), content_type=MERGE
-                )
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        return self._done(step, f"evicted {step.target.key()} (uid {uid})", {"uid": uid}, involved)
+            await self._call(
+                "POST",
+                path + "/eviction",
+                ("", "pods/eviction", "create"),
+                body=patches.eviction_body(step.target, uid or None, meta.get("resourceVersion")),
+                dry_run=step.dry_run,
+                manager=False,
+            )
+            if not step.dry_run:
+                try:  # mark the (now terminating) pod with the decision; it may already be gone
+                    await self._call(
+                        "PATCH",
+                        path,
+                        ("", "pods", "patch"),
+                        body=patches.metadata_patch(step.decision),
+                        content_type=MERGE,
+                    )
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            return self._done(step, f"evicted {step.target.key()} (uid {uid})", {"uid": uid}, involved)
+
+        # A different pod under the proposal's name (another UID) conflicts every time: no retry.
+        def same_pod(pod: Obj) -> bool:
+            return not wanted_uid or wanted_uid == (pod.get("metadata") or {}).get("uid")
+
+        return await self._read_then_write(step, path, ("", "pods", "get"), "Pod", "v1", write, same_pod)
 
     async def _balloon(self, step: Step) -> Outcome:
         path = self._pod_path(step.target)
