@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from borgctl import supervise
 from borgctl.errors import UserError
 from borgctl.paths import PROJECT_ROOT, state_dir
 from borgctl.registry import SERVICES, ServiceEntry
@@ -70,7 +72,7 @@ def infra_status() -> list[tuple[str, bool, str]]:
     return rows
 
 
-# --- services as background processes -------------------------------------------------
+# --- services as supervised background processes -------------------------------------------------
 
 
 def _svc_dir() -> Path:
@@ -80,26 +82,48 @@ def _svc_dir() -> Path:
 
 
 def _pid(entry: ServiceEntry) -> int | None:
+    """The supervisor's pid (also its process group) while anything in that group is alive."""
     pid_file = _svc_dir() / f"{entry.name}.pid"
     if not pid_file.exists():
         return None
     try:
         pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
+        _reap(pid)
+        # the group, not just the pid: a child outliving its supervisor must still be found and stopped
+        os.killpg(pid, 0)
         return pid
     except (ValueError, ProcessLookupError, PermissionError):
         return None
 
 
+def _reap(pid: int) -> None:
+    """Collect the supervisor's exit status when this process started it (tests, scripts calling
+    service_up in-process): an unreaped zombie would still count as a member of its group."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def service_up(entry: ServiceEntry, extra_env: dict[str, str] | None = None) -> str:
+    """Start the service under its supervisor (borgctl/supervise.py), detached in its own process group."""
     pid = _pid(entry)
     if pid is not None:
-        return f"{entry.name}: already running (pid {pid})"
+        return f"{entry.name}: already running (supervisor pid {pid})"
     log = _svc_dir() / f"{entry.name}.log"
+    supervise.status_path(entry.name).unlink(missing_ok=True)  # restarts count from this `up`
     env = {**os.environ, "LOG_FORMAT": "json", **dict(entry.env), **(extra_env or {})}
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "borgctl.main", "serve", entry.name],
+            [sys.executable, "-m", "borgctl.supervise", entry.name],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -111,25 +135,49 @@ def service_up(entry: ServiceEntry, extra_env: dict[str, str] | None = None) -> 
     time.sleep(0.2)
     if proc.poll() is not None:
         raise UserError(f"{entry.name} exited at start (code {proc.returncode}); see {log}", 1)
-    return f"{entry.name}: started (pid {proc.pid}, log {log})"
+    return f"{entry.name}: started (supervisor pid {proc.pid}, log {log})"
 
 
 def service_down(entry: ServiceEntry, grace_s: float = 15.0) -> str | None:
+    """SIGTERM the supervisor's process group (supervisor and service), SIGKILL it after ``grace_s``."""
     pid = _pid(entry)
     if pid is None:
         return None
     os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
+        _reap(pid)
         try:
-            os.kill(pid, 0)
+            os.killpg(pid, 0)
         except ProcessLookupError:
             break
         time.sleep(0.2)
     else:
-        os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
     (_svc_dir() / f"{entry.name}.pid").unlink(missing_ok=True)
     return f"{entry.name}: stopped"
+
+
+def service_state(entry: ServiceEntry) -> str:
+    """running/restarting/stopped with the service's pid, restarts and, after a crash, its last error line."""
+    supervisor = _pid(entry)
+    status = supervise.read_status(entry.name)
+    if status is None or status.get("supervisor_pid") != supervisor:
+        # no supervisor state (or a stale file from an earlier run)
+        return f"running (pid {supervisor})" if supervisor else "stopped"
+    restarts = int(status.get("restarts") or 0)
+    if supervisor is None:
+        state = "stopped"
+        if status.get("state") == "failed":
+            state += f" (gave up: {supervise.exit_text(status.get('last_exit'))})"
+    elif status.get("state") == "running" and _alive(status.get("pid")):
+        state = f"running (pid {status['pid']}, restarts {restarts})"
+    else:
+        state = f"restarting (restarts {restarts}, last exit {supervise.exit_text(status.get('last_exit'))})"
+    if (restarts or status.get("state") == "failed") and status.get("last_error"):
+        state += f"; last error: {status['last_error']}"
+    return state
 
 
 def services_status() -> list[tuple[str, bool, str]]:
@@ -138,8 +186,7 @@ def services_status() -> list[tuple[str, bool, str]]:
         if not entry.available():
             continue
         pid = _pid(entry)
-        state = f"running (pid {pid})" if pid else "stopped"
-        rows.append((entry.name, pid is not None, f"{entry.name:<22} {'service':<28} {state}"))
+        rows.append((entry.name, pid is not None, f"{entry.name:<22} {'service':<28} {service_state(entry)}"))
     return rows
 
 

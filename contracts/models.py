@@ -274,3 +274,44 @@ class DeadLetter(Contract):
     error_kind: Literal["malformed", "schema", "processing"]
     service: Name
     ts_ms: TimestampMs
+
+
+DeadLetterKind = Literal["malformed", "schema", "processing", "poison"]
+"""``poison``: the record crashed the service process (twice) and was quarantined instead of
+being handled a third time."""
+
+
+class BoundedBytes(Contract):
+    """Bytes copied into a dead letter: all of them, or a prefix with the size and hash of the whole."""
+
+    b64: str = Field(description="base64 of the bytes kept: all of them unless `truncated`")
+    size: NonNegInt = Field(description="size of the original bytes")
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 (hex) of the original bytes")]
+    truncated: bool = Field(description="true when `b64` holds only a prefix of the original")
+
+
+class DeadHeader(Contract):
+    name: Annotated[str, Field(max_length=253, description="header name (cut to 253 characters)")]
+    value: BoundedBytes | None
+
+
+class DeadLetterV2(Contract):
+    """An input that could not be handled: its bytes (bounded), the error, and where it came from.
+
+    Replaces deadletter.v1, whose unbounded base64 copy of a large input could exceed the broker's
+    request size and fail the dead-lettering itself. Each copy is bounded (``BoundedBytes``); a
+    truncated one keeps the original's size and SHA-256 so it can be matched to the source record,
+    which ``source_topic``/``partition``/``offset`` locate.
+    """
+
+    source_topic: Name
+    partition: NonNegInt
+    offset: NonNegInt
+    key: BoundedBytes | None
+    value: BoundedBytes | None
+    headers: list[DeadHeader] = Field(default_factory=list)
+    headers_dropped: NonNegInt = Field(default=0, description="headers left out beyond the kept count")
+    error: Annotated[str, Field(min_length=1, max_length=4000)]
+    error_kind: DeadLetterKind
+    service: Name
+    ts_ms: TimestampMs

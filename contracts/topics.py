@@ -10,6 +10,7 @@ from contracts.models import (
     AnomalyScore,
     ClusterState,
     DeadLetter,
+    DeadLetterV2,
     Decision,
     FailureRisk,
     FeatureVector,
@@ -65,10 +66,14 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(
         name="deadletter.v1", key="source topic", model=DeadLetter, partitions=1, retention_ms=7 * 24 * 3600 * 1000
     ),
+    TopicSpec(
+        name="deadletter.v2", key="source topic", model=DeadLetterV2, partitions=1, retention_ms=7 * 24 * 3600 * 1000
+    ),
 )
 
 _BY_NAME = {spec.name: spec for spec in TOPICS}
-DEADLETTER_TOPIC = "deadletter.v1"
+DEADLETTER_TOPIC = "deadletter.v2"
+"""Where every service writes dead letters; deadletter.v1 (unbounded copies) is read-only, kept for old letters."""
 
 
 def topic_spec(name: str) -> TopicSpec:

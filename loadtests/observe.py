@@ -39,7 +39,7 @@ DECISION_OUTPUTS = ("proposals.v1", "decisions.v1")
 PER_WINDOW_OUTPUTS = {"regimes.v1": "regime", "anomalies.v1": "anomaly"}
 """Outputs with one message per FeatureVector, keyed (node, window end), and the service producing them.
 (risk.v1 is not: risk scores tasks on task events and re-scores, joining the node's latest features.)"""
-OBSERVED = (*STREAM_OUTPUTS, *DECISION_OUTPUTS, "actions.v1", "deadletter.v1")
+OBSERVED = (*STREAM_OUTPUTS, *DECISION_OUTPUTS, "actions.v1", "deadletter.v2")
 
 
 @dataclass
@@ -79,7 +79,8 @@ def output_latency_ms(base_topic: str, value: dict[str, Any], record_ts_ms: int)
 
 
 def _original(letter: dict[str, Any], *fields: str) -> tuple[str, int] | None:
-    raw = letter.get("value_b64")
+    copy = letter.get("value")
+    raw = copy.get("b64") if isinstance(copy, dict) else None
     if not raw:
         return None
     try:
@@ -152,7 +153,7 @@ class OutputObserver:
             self.decode_errors += 1
             return
         t_s = record_ts_ms / 1000.0
-        if base == "deadletter.v1":
+        if base == "deadletter.v2":
             src = self.base(str(value.get("source_topic", "?")))
             self.dead_letters[(src, str(value.get("error_kind", "?")))] += 1
             self.dead_letter_times.append(t_s)

@@ -48,7 +48,7 @@ cat <<INFO
 
 == live decisions and actions (for $seconds s)
 INFO
-"$borgctl" tail decisions.v1 actions.v1 deadletter.v1 --summary --seconds "$seconds" || true
+"$borgctl" tail decisions.v1 actions.v1 deadletter.v2 --summary --seconds "$seconds" || true
 wait $replay || true
 trap - EXIT
 

@@ -25,7 +25,6 @@ from services.agents.proposals import Candidate
 from services.agents.settings import AgentSettings
 from services.agents.view import ClusterView, Scope
 from services.runtime.health import HealthServer
-from services.runtime.producer import Producer
 from services.runtime.worker import Incoming, Outgoing, StreamWorker
 
 log = logging.getLogger(__name__)
@@ -88,23 +87,18 @@ async def run_agent(
 ) -> StreamWorker:
     """Consume the inputs until `stop` is set (returns the worker for its stats)."""
     s = agent.settings
-    producer = Producer(bootstrap=s.kafka_bootstrap, client_id=f"agent-{agent.name}", topic_prefix=s.topic_prefix)
-    await producer.start()
     worker = StreamWorker(
         service=f"agent-{agent.name}",
         bootstrap=s.kafka_bootstrap,
         group_id=s.group_id or f"agent-{agent.name}",
         input_topics=list(input_topics),
         handler=agent.handle,
-        producer=producer,
         topic_prefix=s.topic_prefix,
         error_policy=s.error_policy,
     )
     if health is not None:
-        health.add_check("kafka", worker.ready.is_set)
-    try:
-        log.info("agent %s consuming %s", agent.name, ", ".join(input_topics))
-        await worker.run(stop)
-    finally:
-        await producer.stop()
+        health.add_check("kafka", worker.is_ready)
+        health.add_liveness("kafka", worker.stream.progress.check)
+    log.info("agent %s consuming %s", agent.name, ", ".join(input_topics))
+    await worker.run(stop)
     return worker

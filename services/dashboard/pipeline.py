@@ -8,7 +8,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.models import DeadLetter
+from contracts.models import BoundedBytes, DeadLetterV2
 from services.dashboard.series import RateWindow, Series
 
 JsonDict = dict[str, Any]
@@ -16,15 +16,15 @@ PREVIEW_BYTES = 400
 MAX_ERROR = 2000
 
 
-def _preview(b64: str | None) -> str | None:
-    if b64 is None:
+def _preview(copy: BoundedBytes | None) -> str | None:
+    if copy is None:
         return None
     try:
-        raw = base64.b64decode(b64, validate=False)
+        raw = base64.b64decode(copy.b64, validate=False)
     except (binascii.Error, ValueError):
         return "<not base64>"
     text = raw[:PREVIEW_BYTES].decode("utf-8", errors="replace")
-    return text + ("…" if len(raw) > PREVIEW_BYTES else "")
+    return text + ("…" if len(raw) > PREVIEW_BYTES or copy.truncated else "")
 
 
 def base_topic(topic: str, prefix: str) -> str:
@@ -107,7 +107,7 @@ class PipelineHealth:
         for group in [g for g in self.groups if g not in lags]:
             del self.groups[group]  # group gone or no longer committing on these topics
 
-    def add_deadletter(self, letter: DeadLetter, version: int) -> None:
+    def add_deadletter(self, letter: DeadLetterV2, version: int) -> None:
         source = base_topic(letter.source_topic, self.prefix)
         self.deadletter_total += 1
         self.deadletter_counts[(source, letter.error_kind, letter.service)] += 1
@@ -120,8 +120,10 @@ class PipelineHealth:
                 "offset": letter.offset,
                 "kind": letter.error_kind,
                 "error": letter.error[:MAX_ERROR],
-                "key": _preview(letter.key_b64),
-                "value": _preview(letter.value_b64),
+                "key": _preview(letter.key),
+                "value": _preview(letter.value),
+                "size": None if letter.value is None else letter.value.size,
+                "truncated": letter.value is not None and letter.value.truncated,
             }
         )
         self.deadletter_version = version

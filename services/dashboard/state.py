@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from contracts.base import Contract
-from contracts.models import ActionResult, AnomalyScore, ClusterState, DeadLetter, Decision, FailureRisk, RegimeLabel
+from contracts.models import ActionResult, AnomalyScore, ClusterState, DeadLetterV2, Decision, FailureRisk, RegimeLabel
 from services.dashboard.clusters import ClusterBoard
 from services.dashboard.decisions import DecisionLog
 from services.dashboard.nodes import NodeBoard
@@ -28,7 +28,7 @@ CONSUMED_TOPICS: tuple[str, ...] = (
     "anomalies.v1",
     "risk.v1",
     "clusterstate.v1",
-    "deadletter.v1",
+    "deadletter.v2",
 )
 NODE_SIGNAL_TOPICS = {"regimes.v1": "regime", "anomalies.v1": "anomaly", "risk.v1": "risk"}
 
@@ -83,7 +83,7 @@ class DashboardState:
                 self.ignored += 1
         elif isinstance(value, ClusterState):
             self.clusters.add(value, v)
-        elif isinstance(value, DeadLetter):
+        elif isinstance(value, DeadLetterV2):
             self.pipeline.add_deadletter(value, v)
         else:
             self.ignored += 1

@@ -3,7 +3,8 @@
 One loop: peek the oldest records, publish them as record batches, wait for every
 acknowledgement, then commit them in the spool. A failed attempt (broker down,
 timeout) commits nothing: the producer is closed, a fresh idempotent one is made
-after a back-off, and the same records are sent again — so delivery is in order and
+after a jittered back-off (``backoff.Backoff``: agents do not all retry in lock-step
+after a shared outage), and the same records are sent again — so delivery is in order and
 at-least-once (a batch acknowledged just before a failure can arrive twice; consumers
 deduplicate on (node, seq)). One outage produces one "unreachable" and one "back" log line.
 """
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable
 
+from services.node_agent.backoff import Backoff
 from services.node_agent.metrics import BROKER_UP, DELIVERED, SPOOL_BYTES, SPOOL_RECORDS
 from services.node_agent.publish import BatchingProducer, BatchPublisher
 from services.node_agent.spool import Spool, SpoolRecord
@@ -33,6 +36,7 @@ class Shipper:
         batch_records: int = 500,
         attempt_timeout_s: float = 10.0,
         backoff_s: tuple[float, float] = (0.2, 5.0),
+        rng: random.Random | None = None,
     ) -> None:
         self.spool = spool
         self.factory = producer_factory
@@ -40,6 +44,7 @@ class Shipper:
         self.batch_records = batch_records
         self.attempt_timeout_s = attempt_timeout_s
         self.backoff_min, self.backoff_max = backoff_s
+        self.backoff = Backoff(self.backoff_min, self.backoff_max, rng)
         self.wake = asyncio.Event()
         self.delivered = 0
         self.failures = 0
@@ -102,7 +107,7 @@ class Shipper:
         await publisher.flush()
 
     async def run(self, stop: asyncio.Event, *, drain_on_stop_s: float = 5.0) -> None:
-        backoff = self.backoff_min
+        self.backoff.reset()
         stop_deadline: float | None = None
         try:
             while True:
@@ -117,10 +122,9 @@ class Shipper:
                 except Exception as exc:
                     self._on_failure(exc)
                     await self._disconnect()
-                    await _sleep_or(stop, backoff)
-                    backoff = min(backoff * 2, self.backoff_max)
+                    await _sleep_or(stop, self.backoff.next_delay())
                     continue
-                backoff = self.backoff_min
+                self.backoff.reset()
                 if sent:
                     self._on_success()
                 self._gauges()

@@ -33,6 +33,7 @@ from services.referee.loop import Referee
 from services.referee.settings import RefereeSettings
 from services.runtime.admin import create_topics
 from services.runtime.producer import Producer
+from services.runtime.stream_io import Sink
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
@@ -95,14 +96,14 @@ async def _case(
         group_id=f"bench-{uuid.uuid4().hex[:8]}",
         min_score=0.0,
     )
-    producer = Producer(bootstrap=bootstrap, client_id="bench-referee", topic_prefix=prefix)
-    await producer.start()
+    sink = Sink(bootstrap=bootstrap, service="bench-referee", topic_prefix=prefix)
+    await sink.start()
     actuator = None
     if mode != "shadow":
         from services.referee.actuator import KubeActuator
 
         actuator = await KubeActuator.connect(s)
-    referee = Referee(s, producer, actuator)
+    referee = Referee(s, sink, actuator)
     stop = asyncio.Event()
     runner = asyncio.create_task(referee.run(stop))
     consumer = AIOKafkaConsumer(
@@ -169,7 +170,7 @@ async def _case(
         await runner
         await consumer.stop()
         await source.stop()
-        await producer.stop()
+        await sink.stop()
         if actuator is not None:
             await actuator.close()
     elapsed = max(1e-6, last - began)

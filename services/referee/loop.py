@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka import ConsumerRecord, TopicPartition
 from opentelemetry import trace
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Histogram
@@ -30,12 +29,12 @@ from contracts import ContractError, decode
 from contracts import telemetry as names
 from contracts.headers import extract_trace
 from contracts.models import ActionResult, Decision, Proposal
-from contracts.topics import DEADLETTER_TOPIC
 from services.referee.policy import RefereeState, Resolution, resolve, settle
 from services.referee.settings import RefereeSettings
 from services.referee.windows import Window, Windows
-from services.runtime.deadletter import dead_letter
-from services.runtime.producer import Producer
+from services.runtime.batch_stream import Batch, BatchStream, LoopHooks
+from services.runtime.stream_io import Sink
+from services.runtime.stream_settings import StreamSettings
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("borg.referee")
@@ -64,7 +63,7 @@ class Referee:
     def __init__(
         self,
         settings: RefereeSettings,
-        producer: Producer,
+        sink: Sink,
         actuator: Actuator | None,
         *,
         clock: Callable[[], float] = time.time,
@@ -73,7 +72,7 @@ class Referee:
         if actuator is None and settings.mode != "shadow":
             raise ValueError(f"mode {settings.mode!r} needs a Kubernetes actuator")
         self.s = settings
-        self.producer = producer
+        self.sink = sink
         self.actuator = actuator
         self.clock = clock
         self.concurrency = concurrency
@@ -81,53 +80,67 @@ class Referee:
         self.windows = Windows(settings.window_ms)
         self.stats = RefereeStats()
         self.ready = asyncio.Event()
-        self._consumed: dict[TopicPartition, int] = {}
+        self._stream: BatchStream | None = None
         self._inflight: dict[str, asyncio.Task[ActionResult]] = {}
         self._inflight_windows: dict[str, Window] = {}
         self._deferred: list[Window] = []
         self._gate = asyncio.Semaphore(concurrency)
-        self._committed: dict[TopicPartition, int] = {}
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     # ------------------------------------------------------------------ Kafka loop
 
+    def stream(self) -> BatchStream:
+        """The referee's consumer on the one stream runtime (built once, on first use)."""
+        if self._stream is None:
+            settings = StreamSettings(KAFKA_BOOTSTRAP=self.s.kafka_bootstrap,  # type: ignore[call-arg]
+                                      BORG_TOPIC_PREFIX=self.s.topic_prefix, ERROR_POLICY=self.s.error_policy)
+            self._stream = BatchStream(
+                service="referee", settings=settings, sink=self.sink, topics=[PROPOSALS], handle=self._take_batch,
+                batch_max=500, group=self.s.group_id,
+                hooks=LoopHooks(tick=self._tick, poll_ms=self._poll_timeout_ms, hold=self._held,
+                                before_final_commit=self._finish))
+        return self._stream
+
+    def is_ready(self) -> bool:
+        return self._stream is not None and self._stream.is_ready()
+
     async def run(self, stop: asyncio.Event) -> None:
-        consumer = AIOKafkaConsumer(
-            self.producer.topic(PROPOSALS),
-            bootstrap_servers=self.s.kafka_bootstrap,
-            group_id=self.s.group_id,
-            client_id=f"referee-{self.s.group_id}",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-        )
-        await consumer.start()
+        stream = self.stream()
+        ready = asyncio.create_task(self._mirror_ready(stream))
         try:
-            self.ready.set()
-            while not stop.is_set():
-                batch = await consumer.getmany(timeout_ms=self._poll_timeout_ms(), max_records=500)
-                closed: list[Window] = []
-                for tp, records in batch.items():
-                    for record in records:
-                        closed += await self._take(tp, record)
-                        self._consumed[tp] = record.offset + 1
-                self._launch(closed + self.windows.due(self.now_ms()))
-                finished = self._reap()
-                if batch or finished:
-                    await self._commit(consumer)
-            self._launch(self.windows.drain())
-            while self._inflight or self._deferred:
-                if self._inflight:
-                    await asyncio.wait(set(self._inflight.values()))
-                self._reap()
-                self._launch([])
-            await self._commit(consumer)
+            await stream.run(stop)
         finally:
+            ready.cancel()
             for task in self._inflight.values():
                 task.cancel()
-            await consumer.stop()
+
+    async def _mirror_ready(self, stream: BatchStream) -> None:
+        await stream.ready.wait()
+        self.ready.set()
+
+    async def _take_batch(self, batch: Batch) -> None:
+        closed: list[Window] = []
+        for tp, records in batch.items():
+            for record in records:
+                closed += await self._take(tp, record)
+        self._launch(closed)
+
+    async def _tick(self) -> None:
+        self._launch(self.windows.due(self.now_ms()))
+        if self._reap():
+            await self.sink.push()
+
+    async def _finish(self) -> None:
+        """On stop: decide every open window and wait for what is in flight (then the stream commits)."""
+        self._launch(self.windows.drain())
+        while self._inflight or self._deferred:
+            if self._inflight:
+                await asyncio.wait(set(self._inflight.values()))
+            self._reap()
+            self._launch([])
+        await self.sink.flush()
 
     def _poll_timeout_ms(self) -> int:
         timeout = 20 if (self._inflight or self._deferred) else 200
@@ -140,37 +153,19 @@ class Referee:
         try:
             proposal = decode(Proposal, record.value)
         except ContractError as exc:
-            letter = dead_letter(
-                service="referee",
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                key=record.key,
-                value=record.value,
-                headers=record.headers,
-                error=exc.message,
-                kind=exc.kind,
-            )
-            await self.producer.send(DEADLETTER_TOPIC, record.topic, letter)
-            self.stats.dead_lettered += 1
+            await self.sink.dead_letter_record(record, exc.message, exc.kind)
+            self.stats.dead_lettered = self.sink.dead_lettered
             return []
         self.stats.proposals += 1
         return self.windows.add(proposal, extract_trace(record.headers), tp, record.offset, self.now_ms())
 
-    async def _commit(self, consumer: AIOKafkaConsumer) -> None:
-        """Commit up to the oldest proposal not yet decided and acknowledged."""
-        held = self.windows.held_offsets([*self._inflight_windows.values(), *self._deferred])
-        await self.producer.flush()
-        offsets = {tp: held.get(tp, pos) for tp, pos in self._consumed.items()}
-        offsets = {tp: off for tp, off in offsets.items() if self._committed.get(tp) != off}
-        if not offsets:
-            return
-        try:
-            await consumer.commit(offsets)
-        except KafkaError as exc:  # e.g. a rebalance took the partition: its proposals come again (dedup'd)
-            log.warning("offset commit failed (%s); proposals after the last commit will be replayed", exc)
-            return
-        self._committed.update(offsets)
+    def _held(self) -> dict[TopicPartition, int]:
+        """Per partition, the offset of the oldest proposal not yet decided and acknowledged.
+
+        A decision is acknowledged once the stream's commit round has flushed the sink, which it
+        does before committing: windows still deciding (or waiting for their target) hold theirs.
+        """
+        return self.windows.held_offsets([*self._inflight_windows.values(), *self._deferred])
 
     # ------------------------------------------------------------------ deciding
 
@@ -229,17 +224,17 @@ class Referee:
             span.set_attribute(names.DECISION_ID, decision.decision_id)
             # The decision consumes the window's proposals: name the topic like a consumer span does.
             span.set_attribute(names.MESSAGING_SYSTEM, "kafka")
-            span.set_attribute(names.MESSAGING_DESTINATION, self.producer.topic(PROPOSALS))
+            span.set_attribute(names.MESSAGING_DESTINATION, self.sink.topic(PROPOSALS))
             span.set_attribute(names.DECISION_ACTION, decision.action)
             span.set_attribute(names.DECISION_MODE, decision.mode)
             span.set_attribute(names.DECISION_TARGET, key)
             span.set_attribute(names.DECISION_REASON, decision.reason[:500])
             span.set_attribute(names.PROPOSAL_COUNT, len(decision.proposals))
-            await self.producer.send(DECISIONS, key, decision)
+            await self.sink.send(DECISIONS, key, decision, None)
             result = await self._act(decision, res)
             settle(self.state, res, result.outcome)
             span.set_attribute(names.ACTION_OUTCOME, result.outcome)
-            await self.producer.send(ACTIONS, key, result)
+            await self.sink.send(ACTIONS, key, result, None)
         self.stats.decisions += 1
         self.stats.outcomes[result.outcome] += 1
         ACTIONS_TOTAL.labels(result.action, result.outcome).inc()

@@ -8,27 +8,28 @@ import logging
 from services.referee.loop import Referee
 from services.referee.settings import RefereeSettings
 from services.runtime.health import HealthServer
-from services.runtime.producer import Producer
 from services.runtime.service import run_service
+from services.runtime.stream_io import Sink
 
 log = logging.getLogger(__name__)
 
 
 async def body(settings: RefereeSettings, stop: asyncio.Event, health: HealthServer) -> None:
-    producer = Producer(bootstrap=settings.kafka_bootstrap, client_id="referee", topic_prefix=settings.topic_prefix)
-    await producer.start()
+    sink = Sink(bootstrap=settings.kafka_bootstrap, service="referee", topic_prefix=settings.topic_prefix)
+    await sink.start()
     actuator = None
     try:
         if settings.mode != "shadow":
             from services.referee.actuator import KubeActuator
 
             actuator = await KubeActuator.connect(settings)
-        referee = Referee(settings, producer, actuator)
-        health.add_check("kafka", referee.ready.is_set)
+        referee = Referee(settings, sink, actuator)
+        health.add_check("kafka", referee.is_ready)
+        health.add_liveness("kafka", referee.stream().progress.check)
         log.info("referee in %s mode (window %d ms)", settings.mode, settings.window_ms)
         await referee.run(stop)
     finally:
-        await producer.stop()
+        await sink.stop()
         if actuator is not None:
             await actuator.close()
 

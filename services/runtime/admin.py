@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 from contracts.topics import TOPICS, TopicSpec
 
@@ -82,3 +84,55 @@ async def describe_topics(bootstrap: str, names: list[str]) -> dict[str, TopicSt
         return out
     finally:
         await admin.close()
+
+
+class PartitionCountError(RuntimeError):
+    """Input topics whose partition counts differ from what a processor's state assumes."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+async def check_partitions(bootstrap: str, topics: Mapping[str, int], *, wait_s: float = 10.0) -> None:
+    """Raise :class:`PartitionCountError` unless every topic exists with the expected partitions.
+
+    A stateful processor keeps the state of input partition p in changelog partition p, and
+    co-partitioned inputs (risk joins taskevents.v1 with features.v1 by node) must route a
+    key to the same partition number: a topic created or grown with another count silently
+    splits a key's state. Checked once at start, every topic named in one error. A topic
+    missing (or without a leader yet) is asked about again for up to ``wait_s``: a broker's
+    metadata lags a topic created moments before.
+    """
+    if not topics:
+        return
+    admin = await connect_admin(bootstrap)
+    try:
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            described = {t["topic"]: t for t in await admin.describe_topics(list(topics))}
+            problems, transient = _partition_problems(topics, described)
+            if not problems:
+                return
+            if not transient or asyncio.get_running_loop().time() > deadline:
+                raise PartitionCountError(problems)
+            await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+
+
+def _partition_problems(topics: Mapping[str, int], described: Mapping[str, dict[str, Any]]) -> tuple[list[str], bool]:
+    """What is wrong with each topic, and whether waiting may mend all of it (missing, no leader)."""
+    problems: list[str] = []
+    transient = True
+    for name, expected in topics.items():
+        meta: dict[str, Any] = described.get(name) or {"error_code": UnknownTopicOrPartitionError.errno}
+        error = meta.get("error_code", 0)
+        if error == UnknownTopicOrPartitionError.errno:
+            problems.append(f"topic {name} does not exist (expected with {expected} partitions)")
+        elif error:
+            problems.append(f"topic {name} could not be described (broker error code {error})")
+        elif (actual := len(meta["partitions"])) != expected:
+            problems.append(f"topic {name} has {actual} partitions, expected {expected}")
+            transient = False
+    return problems, transient

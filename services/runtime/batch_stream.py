@@ -35,16 +35,21 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from contracts.topics import DEADLETTER_TOPIC
+from services.runtime.admin import check_partitions, connect_admin
 from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.health import HealthServer
+from services.runtime.lag import lag_reporter
 from services.runtime.metrics import COMMIT_SECONDS, CONSUMER_LAG, MESSAGES_IN
+from services.runtime.progress import Progress
+from services.runtime.recovery import Mark, Plan, plan_partition, read_back_dead_letters
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import PARTITIONS, StreamSettings, app_id
 from services.runtime.tuning import run_at_niceness, tune_process
@@ -147,6 +152,22 @@ class ChangelogState:
         await self.drain()
 
 
+@dataclass(frozen=True)
+class LoopHooks:
+    """What a consumer with its own timing adds to the loop (the referee: windows that close by time).
+
+    ``tick`` runs after every fetch, batch or not (with the processing lock held); ``poll_ms`` is
+    how long the next fetch may wait; ``hold`` caps each partition's committed offset (input still
+    in flight: decisions not yet acknowledged); ``before_final_commit`` finishes in-flight work when
+    the stream stops.
+    """
+
+    tick: Callable[[], Awaitable[None]] | None = None
+    poll_ms: Callable[[], int] | None = None
+    hold: Callable[[], Mapping[TopicPartition, int]] | None = None
+    before_final_commit: Callable[[], Awaitable[None]] | None = None
+
+
 class BatchStream:
     """Consume ``topics`` in ``service``'s group in batches; ``handle`` each batch; commit after flush."""
 
@@ -164,6 +185,8 @@ class BatchStream:
         batch_max: int = 500,
         commit_interval_s: float = 1.0,
         nice: int = 0,
+        group: str | None = None,
+        hooks: LoopHooks | None = None,
     ) -> None:
         self.service = service
         self.settings = settings
@@ -176,7 +199,10 @@ class BatchStream:
         self.commit_interval_s = commit_interval_s if settings.commit_interval_s is None \
             else settings.commit_interval_s
         self.nice = nice if settings.nice is None else settings.nice
-        self.group = app_id(service, settings.topic_prefix)
+        self.group = group or app_id(service, settings.topic_prefix)
+        self.hooks = hooks or LoopHooks()
+        self.progress = Progress(settings.health_stall_after_s)
+        """Lag and commits, for liveness (/healthz fails when input waits and nothing is committed)."""
         self.topics = [settings.topic(t) for t in topics]
         self.positions: dict[TopicPartition, int] = {}
         self.events = 0
@@ -187,6 +213,13 @@ class BatchStream:
         self._generation = 0
         self._fatal: BaseException | None = None
         self._commit_error: BaseException | None = None
+        self.error_policy = settings.error_policy
+        # crash recovery (services/runtime/recovery.py): per assigned partition, what its start needs
+        self._plans: dict[TopicPartition, Plan] = {}
+        self._unmarked: set[TopicPartition] = set()  # start mark not written yet
+        self._careful: dict[TopicPartition, int] = {}  # records left to handle one at a time
+        self._poison: dict[TopicPartition, int] = {}  # offset to quarantine
+        self._start_offsets: dict[TopicPartition, int] = {}
 
     def _make_consumer(self) -> AIOKafkaConsumer:
         settings = self.settings
@@ -219,39 +252,64 @@ class BatchStream:
         return self.ready.is_set() and self._consumer is not None and bool(self._consumer.assignment())
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self.state:
+            # state of input partition p lives in changelog partition p, and co-partitioned inputs
+            # (risk) must route a key to the same partition number: refuse another count
+            await check_partitions(self.settings.kafka_bootstrap, dict.fromkeys(self.topics, PARTITIONS))
         for hooks in self.state:
             await hooks.ensure()
         consumer = self._consumer = self._make_consumer()
         consumer.subscribe(self.topics, listener=_Rebalance(self))
         await consumer.start()
         committer = asyncio.create_task(self._commit_loop(stop), name=f"{self.service}-committer")
+        # lag read on a timer, not per batch: it must keep moving while the loop is stuck
+        lagger = asyncio.create_task(lag_reporter(consumer, stop, on_total=self.progress.note_lag),
+                                     name=f"{self.service}-lag")
         try:
             while not stop.is_set():
                 batch, generation = await self._fetch(consumer)
                 self._raise_fatal()
-                if batch:
+                if batch and self._needs_care(batch):
+                    # rare (after a crash): it commits between records, so it takes the committer's
+                    # lock first (lock order: _committing, _processing)
+                    async with self._committing, self._processing:
+                        self._raise_fatal()
+                        if generation != self._generation:
+                            continue
+                        await self._handle_with_care(batch)
+                        await self.sink.push()
+                        self._advance(batch)
+                elif batch:
                     async with self._processing:  # also waits for a restore in progress
                         self._raise_fatal()
                         if generation != self._generation:
                             # fetched before a revocation: the partitions may be another worker's now,
                             # and a new assignment re-fetches from the committed offsets
                             continue
-                        await self.handle(batch)
+                        if self._unmarked:
+                            await self._write_start_marks(batch)
+                        await self._handle_isolating(batch)
                         await self.sink.push()
                         self._advance(batch)
                         if self.settings.flush_each_batch:
                             await self.sink.flush()
                     if self.fault_exit_after and self.events >= self.fault_exit_after:
                         await self._fault_exit()
+                if self.hooks.tick is not None:
+                    async with self._processing:
+                        await self.hooks.tick()
             await committer  # a round in progress ends first; raises what failed it
-            await self.commit()
+            if self.hooks.before_final_commit is not None:
+                await self.hooks.before_final_commit()
+            await self.commit(clean=True)
         finally:
             stop.set()
             if not committer.done():
                 # the loop failed: the worker stops without a last commit (its input is
                 # delivered again), so a half-written round need not finish
                 committer.cancel()
-            await asyncio.gather(committer, return_exceptions=True)
+            lagger.cancel()
+            await asyncio.gather(committer, lagger, return_exceptions=True)
             await consumer.stop()
 
     async def _commit_loop(self, stop: asyncio.Event) -> None:
@@ -289,7 +347,8 @@ class BatchStream:
         records of the current assignment, but rebalance callbacks run during ``getmany``: what
         was returned before a revocation is dropped by the caller (fetched again after it).
         """
-        batch: Batch = await consumer.getmany(timeout_ms=100, max_records=self.batch_max)
+        timeout_ms = 100 if self.hooks.poll_ms is None else self.hooks.poll_ms()
+        batch: Batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=self.batch_max)
         # a rebalance during this getmany: what it returned is of the new assignment already
         return batch, self._generation
 
@@ -303,7 +362,8 @@ class BatchStream:
             if high is not None:
                 CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - last - 1))
 
-    async def commit(self, only: set[TopicPartition] | None = None, *, spread_s: float = 0.0) -> None:
+    async def commit(self, only: set[TopicPartition] | None = None, *, spread_s: float = 0.0,
+                     clean: bool = False) -> None:
         """Checkpoint state, flush the sink, then commit processed offsets (of ``only`` when given).
 
         The positions are noted between two batches; checkpoint and flush then run while the
@@ -313,11 +373,18 @@ class BatchStream:
         async with self._committing:
             async with self._processing:
                 offsets = dict(self.positions)
-            await self._commit_noted(offsets, only, spread_s)
+            await self._commit_noted(offsets, only, spread_s, clean=clean)
 
     async def _commit_noted(self, offsets: dict[TopicPartition, int], only: set[TopicPartition] | None,
-                            spread_s: float = 0.0) -> None:
-        """Checkpoint, flush, commit ``offsets`` (hold ``_committing``)."""
+                            spread_s: float = 0.0, *, clean: bool = False) -> None:
+        """Checkpoint, flush, commit ``offsets`` (hold ``_committing``).
+
+        Each commit carries a recovery mark (services/runtime/recovery.py); ``clean`` (an orderly
+        stop or hand-over) also commits the partitions that saw no record since their start.
+        """
+        # input still in flight is held back, as it stands *before* the flush: whatever finished
+        # by now has its outputs in the sink, which the flush makes durable
+        held = self.hooks.hold() if self.hooks.hold is not None else None
         started = time.perf_counter()
         for hooks in self.state:
             await hooks.checkpoint(spread_s=spread_s)
@@ -326,14 +393,159 @@ class BatchStream:
         if self._consumer is None:
             return
         assigned = self._consumer.assignment()
+        if clean:
+            offsets = {**self._start_offsets, **offsets}
+        if held:
+            offsets = {tp: min(off, held.get(tp, off)) for tp, off in offsets.items()}
         offsets = {tp: off for tp, off in offsets.items() if tp in assigned and (only is None or tp in only)}
         if not offsets:
             return
+        mark = Mark(ts_ms=int(time.time() * 1000), clean=clean).encode()
         try:
-            await self._consumer.commit(offsets)
+            await self._consumer.commit({tp: (off, mark) for tp, off in offsets.items()})
+            self.progress.note_commit(offsets)
         except (CommitFailedError, IllegalStateError) as exc:
             # the group moved on: the partitions' next owner re-reads from the last commit
             log.warning("offset commit skipped (%s); uncommitted input will be delivered again", exc)
+
+    # -- input that fails, and what a crash left behind (services/runtime/recovery.py) ------------
+
+    async def _handle_isolating(self, batch: Batch) -> None:
+        """``handle`` the batch; when it raises, find the records that fail it and dead-letter them.
+
+        Processors dead-letter what they recognise as bad themselves; this catches what they did
+        not expect, so one strange record never stops the stage (``ERROR_POLICY=crash`` re-raises,
+        and so does a Kafka error: that is the broker's fault, not the record's). Handling the rest
+        again is safe: processors are idempotent on redelivered input (the module docstring).
+        """
+        try:
+            await self.handle(batch)
+        except Exception as exc:
+            if self.error_policy == "crash" or isinstance(exc, KafkaError):
+                raise
+            log.warning("a batch of %d records failed (%s: %s); handling its records one at a time",
+                        sum(map(len, batch.values())), type(exc).__name__, exc)
+            for tp, records in batch.items():
+                for record in records:
+                    await self._handle_one(tp, record)
+
+    async def _handle_one(self, tp: TopicPartition, record: Record) -> None:
+        try:
+            await self.handle({tp: [record]})
+        except Exception as exc:
+            if self.error_policy == "crash" or isinstance(exc, KafkaError):
+                raise
+            await self.sink.dead_letter_record(record, f"{type(exc).__name__}: {exc}", "processing")
+
+    def _needs_care(self, batch: Batch) -> bool:
+        if not (self._careful or self._poison):
+            return False
+        return any(tp in self._careful or tp in self._poison for tp in batch)
+
+    async def _write_start_marks(self, batch: Batch) -> None:
+        """Before a partition's first batch of an assignment is handled: its start mark, at its first offset.
+
+        Needs no commit lock: the partitions are new, so no commit round holds positions of theirs.
+        """
+        starts = {tp: records[0].offset for tp, records in batch.items() if tp in self._unmarked}
+        if starts:
+            await self._commit_marks({tp: (off, Mark(ts_ms=_now_ms(), attempts=self._plans[tp].attempts))
+                                      for tp, off in starts.items()})
+            self._start_offsets.update(starts)
+            self._unmarked.difference_update(starts)
+
+    async def _handle_with_care(self, batch: Batch) -> None:
+        """Quarantined and careful records first, one at a time; the rest as a batch (hold both locks)."""
+        if self._unmarked:
+            await self._write_start_marks(batch)
+        rest: Batch = {}
+        for tp, records in batch.items():
+            for record in records:
+                if self._poison.get(tp) == record.offset:
+                    del self._poison[tp]
+                    log.error("%s[%d]@%d crashed this service twice: quarantined as poison", tp.topic,
+                              tp.partition, record.offset)
+                    await self.sink.dead_letter_record(
+                        record, "the service process died twice while handling this record; quarantined "
+                                "instead of handled again", "poison")
+                elif self._careful.get(tp, 0) > 0:
+                    await self._handle_carefully(tp, record)
+                else:
+                    rest.setdefault(tp, []).append(record)
+            poison = self._poison.get(tp)
+            if poison is not None and records[-1].offset > poison:
+                del self._poison[tp]  # passed without meeting it (e.g. removed by retention)
+        if rest:
+            await self._handle_isolating(rest)
+
+    async def _handle_carefully(self, tp: TopicPartition, record: Record) -> None:
+        # everything before this record is made durable, then a mark naming it is committed:
+        # should handling it kill the process, the next start finds that mark at the committed offset
+        for hooks in self.state:
+            await hooks.checkpoint(spread_s=0.0)
+        await self.sink.flush()
+        await self._commit_marks({tp: (record.offset, Mark(ts_ms=_now_ms(), careful_at=record.offset,
+                                                           attempts=self._plans[tp].attempts))})
+        await self._handle_one(tp, record)
+        await self.sink.push()
+        left = self._careful[tp] - 1
+        if left > 0:
+            self._careful[tp] = left
+        else:
+            del self._careful[tp]
+            log.info("%s[%d]: careful pass over, handled in batches again", tp.topic, tp.partition)
+
+    async def _commit_marks(self, marks: dict[TopicPartition, tuple[int, Mark]]) -> None:
+        if self._consumer is None:
+            return
+        try:
+            await self._consumer.commit({tp: (off, mark.encode()) for tp, (off, mark) in marks.items()})
+        except (CommitFailedError, IllegalStateError) as exc:
+            log.warning("recovery mark not committed (%s)", exc)
+
+    async def _recognise(self, assigned: list[TopicPartition]) -> None:
+        """Plan each new partition from its committed offset and mark; read back dead letters after a crash."""
+        committed: dict[TopicPartition, tuple[int, str]] = {}
+        try:
+            admin = await connect_admin(self.settings.kafka_bootstrap, timeout_s=10.0)
+            try:
+                listed = await admin.list_consumer_group_offsets(self.group, partitions=assigned)
+            finally:
+                await admin.close()
+            committed = {tp: (om.offset, om.metadata) for tp, om in listed.items() if om.offset >= 0}
+        except (KafkaError, OSError) as exc:
+            log.warning("committed offsets of %s not read (%s): no crash recovery for this assignment", assigned, exc)
+        base = self.batch_max
+        for tp in assigned:
+            offset, metadata = committed.get(tp, (None, None))
+            plan = plan_partition(offset, Mark.decode(metadata), careful_base=base)
+            self._plans[tp] = plan
+            self._unmarked.add(tp)
+            if plan.careful:
+                self._careful[tp] = plan.careful
+                log.warning("%s[%d]: the last run stopped at offset %s without getting past it (start %d): "
+                            "handling the next %d records one at a time", tp.topic, tp.partition, offset,
+                            plan.attempts, plan.careful)
+            if plan.poison is not None:
+                self._poison[tp] = plan.poison
+        crashed = {tp: self._plans[tp] for tp in assigned if self._plans[tp].crashed}
+        if crashed:
+            since = min(p.since_ms for p in crashed.values() if p.since_ms is not None)
+            from_offsets = {(tp.topic, tp.partition): committed[tp][0] for tp in crashed}
+            found = await read_back_dead_letters(
+                self.settings.kafka_bootstrap, self.settings.topic(DEADLETTER_TOPIC), service=self.service,
+                since_ms=since, from_offsets=from_offsets)
+            self.sink.already_dead.update(found)
+            if found:
+                log.info("%d records past the committed offsets were dead-lettered before the crash: not again",
+                         len(found))
+
+    def _forget_plan(self, tp: TopicPartition) -> None:
+        self._plans.pop(tp, None)
+        self._unmarked.discard(tp)
+        self._careful.pop(tp, None)
+        self._poison.pop(tp, None)
+        self._start_offsets.pop(tp, None)
 
     async def _fault_exit(self) -> None:
         async with self._committing:
@@ -352,12 +564,13 @@ class BatchStream:
         # lock order (everywhere): _committing, then _processing. The hand-over commit runs
         # with the batch loop paused, so the state handed over matches the offsets exactly.
         async with self._committing, self._processing:
-            await self._commit_noted(dict(self.positions), mine)
+            await self._commit_noted(dict(self.positions), mine, clean=True)
             partitions = {tp.partition for tp in mine}
             for hooks in self.state:
                 hooks.forget(partitions)
             for tp in mine:
                 self.positions.pop(tp, None)
+                self._forget_plan(tp)
         log.info("partitions %s revoked: state handed over", sorted(partitions))
 
     async def on_assigned(self, assigned: Sequence[TopicPartition]) -> None:
@@ -372,8 +585,16 @@ class BatchStream:
                 log.exception("restoring the state of partitions %s failed", partitions)
                 self._fatal = exc
                 return
+            try:
+                await self._recognise(list(assigned))
+            except Exception:  # recovery is best effort: without it the stage still consumes correctly
+                log.exception("crash recovery for partitions %s failed; consuming them without it", partitions)
         log.info("partitions %s of %s assigned, state restored", partitions, ", ".join(self.topics))
         self.ready.set()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -398,6 +619,7 @@ async def run_stream(
     tune_process()
     run_at_niceness(stream.nice)
     health.add_check(stream.service, stream.is_ready)
+    health.add_liveness(stream.service, stream.progress.check)
     main = asyncio.create_task(stream.run(stop), name=f"{stream.service}-stream")
     side = [asyncio.create_task(t(stop), name=getattr(t, "__name__", "side")) for t in tasks]
     try:

@@ -10,15 +10,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger(__name__)
 ReadyCheck = Callable[[], bool]
+LivenessCheck = Callable[[], str | None]
+"""None when alive, else why not (e.g. services.runtime.progress.Progress.check)."""
 
 
 class HealthServer:
-    """/healthz (process alive), /readyz (checks registered and all pass), /metrics (Prometheus)."""
+    """/healthz (alive: every liveness check passes, e.g. no stalled input), /readyz (checks registered
+    and all pass), /metrics (Prometheus)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
         self._checks: dict[str, ReadyCheck] = {}
+        self._liveness: dict[str, LivenessCheck] = {}
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
         self.app = web.Application()
@@ -28,6 +32,10 @@ class HealthServer:
 
     def add_check(self, name: str, check: ReadyCheck) -> None:
         self._checks[name] = check
+
+    def add_liveness(self, name: str, check: LivenessCheck) -> None:
+        """A failing liveness check makes /healthz answer 503: the orchestrator restarts the process."""
+        self._liveness[name] = check
 
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)
@@ -44,6 +52,17 @@ class HealthServer:
             await self._runner.cleanup()
 
     async def _healthz(self, _: web.Request) -> web.Response:
+        failures: dict[str, str] = {}
+        for name, check in self._liveness.items():
+            try:
+                reason = check()
+            except Exception as exc:  # a broken check must not look like a healthy process
+                reason = f"liveness check raised {exc!r}"
+            if reason is not None:
+                failures[name] = reason
+        if failures:
+            log.warning("liveness failing: %s", "; ".join(f"{n}: {r}" for n, r in failures.items()))
+            return web.json_response({"status": "unhealthy", "checks": failures}, status=503)
         return web.json_response({"status": "ok"})
 
     async def _readyz(self, _: web.Request) -> web.Response:

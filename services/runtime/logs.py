@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 import orjson
@@ -19,7 +20,8 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            # UTC, since the suffix says so (formatTime would use local time)
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "service": self.service,
             "logger": record.name,
@@ -28,6 +30,7 @@ class JsonFormatter(logging.Formatter):
         span = trace.get_current_span().get_span_context()
         if span.is_valid:
             out["trace_id"] = f"{span.trace_id:032x}"
+            out["span_id"] = f"{span.span_id:016x}"
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
                 out[key] = value

@@ -30,6 +30,12 @@ class RuntimeSettings(BaseSettings):
     otel_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, validation_alias="OTEL_SAMPLE_RATIO")
     shutdown_grace_s: float = Field(default=10.0, gt=0, le=300, validation_alias="SHUTDOWN_GRACE_S")
     error_policy: Literal["deadletter", "crash"] = Field(default="deadletter", validation_alias="ERROR_POLICY")
+    health_stall_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        validation_alias="HEALTH_STALL_AFTER_S",
+        description="/healthz fails when input lag stays > 0 this long without an offset commit",
+    )
 
     def topic(self, base: str) -> str:
         return f"{self.topic_prefix}{base}"

@@ -31,6 +31,8 @@ from services.runtime.partitioning import default_partition
 log = logging.getLogger(__name__)
 KEY_PARTITIONS_MAX = 200_000
 """Keys whose partition is remembered (nodes, pods); the table starts afresh beyond that."""
+DEAD_REMEMBERED_MAX = 100_000
+"""Dead-lettered records remembered to refuse a second letter (input is re-read only from recent offsets)."""
 DIRECT_ABOVE = 65_536
 """Values larger than this (bytes) bypass the open batches (dead letters of big inputs)."""
 
@@ -64,6 +66,9 @@ class Sink:
         self._sent_counters: dict[str, Any] = {}
         self.dead_lettered = 0
         self.produced = 0
+        # (topic, partition, offset) this service dead-lettered (since it started, and before a crash:
+        # read back at start, services/runtime/recovery.py): the same record is not dead-lettered again
+        self.already_dead: set[tuple[str, int, int]] = set()
 
     async def start(self) -> None:
         await self._producer.start()
@@ -196,7 +201,15 @@ class Sink:
         await self.dead_letter_record(event.message, error, kind)
 
     async def dead_letter_record(self, msg: Any, error: str, kind: str) -> None:
-        """The original bytes of a consumed record, the error and where it came from."""
+        """The original bytes of a consumed record (bounded), the error and where it came from."""
+        where = (msg.topic, msg.partition, msg.offset)
+        if where in self.already_dead:
+            # a batch handled again record by record, or a record re-read after a crash
+            log.info("%s[%d]@%d is dead-lettered already: not again", *where)
+            return
+        if len(self.already_dead) >= DEAD_REMEMBERED_MAX:
+            self.already_dead.clear()
+        self.already_dead.add(where)
         letter = dead_letter(
             service=self.service,
             topic=msg.topic,

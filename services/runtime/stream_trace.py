@@ -17,10 +17,17 @@ when the ``with`` ends, the finished ``ReadableSpan`` is handed to the span proc
 ``Span.end`` would. That skips the SDK's per-span sampler call, attribute cleaning, locks
 and ``on_start`` hooks (about 19 → 8 µs per output). Every other case goes through the SDK.
 Both give the same spans, ids, flags and header bytes (``tests/unit/test_trace_fastpath.py``).
+
+The direct path reads private SDK fields (``Tracer._span_limits``, ``ParentBased._root``,
+``SynchronousMultiSpanProcessor._span_processors``, ...), which an SDK upgrade may rename.
+So on first use :func:`_check_direct_path` makes one span both ways on a private provider
+and compares them; if a field is missing or the spans differ, it logs one warning and
+every span goes through the public ``Tracer.start_span`` from then on (slower, never wrong).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -29,10 +36,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, SynchronousMultiSpanProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Tracer as SdkTracer
-from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import (
     DEFAULT_TRACE_STATE,
@@ -49,6 +56,15 @@ from opentelemetry.util.types import AttributeValue
 
 from contracts import telemetry as names
 from contracts.headers import extract_trace, remote_parent, span_context_in
+
+try:  # a private module: if an SDK release moves it, only the direct path is lost
+    from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
+
+    _NOOP_METRICS: type | None = NoOpTracerMetrics
+except ImportError:
+    _NOOP_METRICS = None
+
+log = logging.getLogger(__name__)
 
 tracer: trace.Tracer = trace.get_tracer("borg.stream")
 
@@ -117,7 +133,7 @@ def _direct_for(sdk_or_proxy: trace.Tracer, cached: _Direct | None) -> _Direct |
         return cached if sdk._is_enabled() else None
     sampler = sdk.sampler
     limits = sdk._span_limits
-    if (not sdk._is_enabled() or type(sdk._tracer_metrics) is not NoOpTracerMetrics
+    if (not sdk._is_enabled() or type(sdk._tracer_metrics) is not _NOOP_METRICS
             or type(sampler) is not ParentBased or sampler._remote_parent_sampled is not ALWAYS_ON
             or limits.max_span_attribute_length is not None or not limits.max_span_attributes
             or any(type(p) not in _QUIET_START for p in processors)):
@@ -129,6 +145,87 @@ def _direct_for(sdk_or_proxy: trace.Tracer, cached: _Direct | None) -> _Direct |
 
 
 _direct: _Direct | None = None
+_direct_ok: bool | None = None
+"""Whether this SDK has the private fields the direct path reads (None: not checked yet)."""
+
+
+class _Collect(SpanExporter):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+
+def _view(span: ReadableSpan) -> tuple[Any, ...]:
+    """What must be equal between a direct and an SDK span (all but the span id and times)."""
+    ctx, parent = span.context, span.parent
+    return (span.name, span.kind, ctx.trace_id, ctx.is_remote, ctx.trace_flags, ctx.trace_state, ctx.is_valid,
+            parent, dict(span.attributes or {}), tuple(span.links), tuple(span.events), span.status.status_code,
+            span.resource, span.instrumentation_scope, span.end_time is not None)
+
+
+def _direct_path_problem() -> str | None:
+    """Why the direct path cannot be used with the installed SDK (None: it can)."""
+    if _NOOP_METRICS is None:
+        return "opentelemetry.sdk.trace._tracer_metrics.NoOpTracerMetrics is gone"
+    if not hasattr(ProxyTracer, "_tracer"):  # on the class: the property's getter would make a global tracer
+        return "ProxyTracer._tracer is gone"
+    exporter = _Collect()
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_ON), resource=Resource.get_empty(), shutdown_on_exit=False,
+                              span_limits=SpanLimits(max_span_attributes=128, max_span_attribute_length=None))
+    try:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        sdk: Any = provider.get_tracer("borg.stream.check")
+        if type(sdk) is not SdkTracer:
+            return f"TracerProvider.get_tracer gives a {type(sdk).__name__}"
+        _direct_for(sdk, None)  # reads every private field the per-span check reads
+        ratio = TraceIdRatioBased(0.5)
+        if type(ratio.bound) is not int or not hasattr(ParentBased(ratio), "_root"):
+            return "TraceIdRatioBased.bound or ParentBased._root changed"
+        processors = _processors_of(sdk)
+        if type(processors) is not tuple:
+            return "SynchronousMultiSpanProcessor._span_processors is not a tuple"
+        direct = _Direct(sdk, processors, _TRACE_ID_LIMIT + 1)
+        if type(direct.max_attributes) is not int:
+            return "SpanLimits.max_span_attributes is not an int"
+        parent = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, _SAMPLED,
+                             TraceState([("borg", "check")]))
+        attrs: dict[str, AttributeValue] = {_SYSTEM: "kafka", _OPERATION: "process", _DESTINATION: "t", _GROUP: "g"}
+        child = _child_of(direct, parent)
+        if child != SpanContext(parent.trace_id, child.span_id, False, _SAMPLED, parent.trace_state):
+            return "SpanContext's layout changed"
+        # a registered stage span name, though these spans stay on the private provider
+        _DirectSpan(direct, names.SPAN_FEATURES_WINDOW, child, parent, attrs).finish()
+        sdk.start_span(names.SPAN_FEATURES_WINDOW, context=set_span_in_context(NonRecordingSpan(parent)),
+                       kind=_CONSUMER, attributes=attrs).end()
+        if len(exporter.spans) != 2 or _view(exporter.spans[0]) != _view(exporter.spans[1]):
+            return "a direct span differs from the SDK's"
+    except Exception as exc:  # any missing field or changed signature: the SDK path is still right
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        provider.shutdown()
+    return None
+
+
+def _check_direct_path() -> bool:
+    """Check once whether the direct path may be used; warn once when it may not."""
+    global _direct_ok
+    problem = _direct_path_problem()
+    if problem is not None:
+        _disable_direct_path(problem)
+    else:
+        _direct_ok = True
+    return _direct_ok is True
+
+
+def _disable_direct_path(problem: str) -> None:
+    global _direct, _direct_ok
+    if _direct_ok is not False:
+        log.warning("OpenTelemetry SDK internals changed (%s): stage spans go through Tracer.start_span "
+                    "(slower, same spans)", problem)
+    _direct, _direct_ok = None, False
 
 
 def _direct_context(direct: _Direct, parent: SpanContext) -> tuple[SpanContext, bool] | None:
@@ -223,8 +320,12 @@ class _StageSpan:
         if self._attributes:
             attrs.update(self._attributes)  # caller attributes win, as before
         links = self._links
-        if not links:
-            direct = _direct = _direct_for(tracer, _direct)
+        if not links and (_direct_ok or (_direct_ok is None and _check_direct_path())):
+            try:
+                direct = _direct = _direct_for(tracer, _direct)
+            except (AttributeError, TypeError) as exc:  # a tracer the check did not see (another SDK build)
+                _disable_direct_path(f"{type(exc).__name__}: {exc}")
+                direct = None
             if direct is not None and len(attrs) <= direct.max_attributes and _plain(attrs, self._attributes):
                 remote = remote_parent(self._headers)
                 if remote is not None and remote.trace_flags.sampled:

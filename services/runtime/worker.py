@@ -1,8 +1,13 @@
-"""The consume → handle → produce loop with an explicit error policy.
+"""Per-record handlers (the agents) on the one stream runtime: ``BatchStream`` + ``Sink``.
 
-At-least-once: offsets are committed only after every output of a message (or its
-dead letter) is acknowledged by the broker. Downstream consumers deduplicate on
-the idempotent keys carried in the contracts.
+A handler takes one decoded input (``Incoming``) and returns its outputs (``Outgoing``); this
+adapter decodes each record of a batch, runs the handler inside the record's consumer span,
+sends the outputs through the stage's ``Sink`` and dead-letters what cannot be decoded or
+handled (``ERROR_POLICY``). Delivery, commits, crash recovery (poison pills, dead letters
+written once) and bounded dead letters are the runtime's, the same as for the stream
+processors: at-least-once, offsets committed only after every output and dead letter of a
+record is acknowledged; downstream consumers deduplicate on the idempotent keys carried in
+the contracts.
 """
 
 from __future__ import annotations
@@ -12,9 +17,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -23,10 +27,11 @@ from contracts import ContractError, decode
 from contracts import telemetry as names
 from contracts.base import Contract
 from contracts.headers import extract_trace
-from contracts.topics import DEADLETTER_TOPIC, topic_spec
-from services.runtime.deadletter import dead_letter
-from services.runtime.metrics import CONSUMER_LAG, DEADLETTERS, MESSAGES_IN, PROCESSING_SECONDS
-from services.runtime.producer import Producer
+from contracts.topics import topic_spec
+from services.runtime.batch_stream import Batch, BatchStream, Record
+from services.runtime.metrics import PROCESSING_SECONDS
+from services.runtime.stream_io import Sink
+from services.runtime.stream_settings import StreamSettings
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("borg.runtime")
@@ -66,10 +71,11 @@ class WorkerStats:
     handled: int = 0
     dead_lettered: int = 0
     produced: int = 0
-    committed_batches: int = 0
 
 
 class StreamWorker:
+    """Consume ``input_topics`` in ``group_id`` and run ``handler`` per record (on ``BatchStream``)."""
+
     def __init__(
         self,
         *,
@@ -78,67 +84,47 @@ class StreamWorker:
         group_id: str,
         input_topics: Sequence[str],
         handler: Handler,
-        producer: Producer,
         topic_prefix: str = "",
-        error_policy: str = "deadletter",
+        error_policy: Literal["deadletter", "crash"] = "deadletter",
         max_records: int = 500,
-        auto_offset_reset: str = "earliest",
+        commit_interval_s: float = 1.0,
     ) -> None:
         self.service = service
         self.group_id = group_id
-        self.prefix = topic_prefix
         self.handler = handler
-        self.producer = producer
         self.error_policy = error_policy
-        self.max_records = max_records
         self.stats = WorkerStats()
-        self._topics = [f"{topic_prefix}{t}" for t in input_topics]
-        self._base = dict(zip(self._topics, input_topics, strict=True))
-        self._consumer = AIOKafkaConsumer(
-            *self._topics,
-            bootstrap_servers=bootstrap,
-            group_id=group_id,
-            client_id=f"{service}-{group_id}",
-            enable_auto_commit=False,
-            auto_offset_reset=auto_offset_reset,
-            max_poll_records=max_records,
-            isolation_level="read_committed",
-        )
-        self.ready = asyncio.Event()
+        settings = StreamSettings(KAFKA_BOOTSTRAP=bootstrap, BORG_TOPIC_PREFIX=topic_prefix,  # type: ignore[call-arg]
+                                  ERROR_POLICY=error_policy)
+        self.sink = Sink(bootstrap=bootstrap, service=service, topic_prefix=topic_prefix)
+        self.stream = BatchStream(service=service, settings=settings, sink=self.sink, topics=list(input_topics),
+                                  handle=self._handle_batch, batch_max=max_records,
+                                  commit_interval_s=commit_interval_s, group=group_id)
+        self._base = {settings.topic(t): t for t in input_topics}
+        self.ready = self.stream.ready
+
+    def is_ready(self) -> bool:
+        return self.stream.is_ready()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self._consumer.start()
+        await self.sink.start()
         try:
-            self.ready.set()
-            while not stop.is_set():
-                batch = await self._consumer.getmany(timeout_ms=200, max_records=self.max_records)
-                if not batch:
-                    continue
-                commits: dict[TopicPartition, int] = {}
-                for tp, records in batch.items():
-                    for record in records:
-                        await self._handle(record)
-                    commits[tp] = records[-1].offset + 1
-                    self._report_lag(tp, records[-1].offset)
-                await self.producer.flush()
-                await self._consumer.commit({tp: off for tp, off in commits.items()})
-                self.stats.committed_batches += 1
+            await self.stream.run(stop)
         finally:
-            await self._consumer.stop()
+            await self.sink.stop()
 
-    def _report_lag(self, tp: TopicPartition, last_offset: int) -> None:
-        high = self._consumer.highwater(tp)
-        if high is not None:
-            CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - last_offset - 1))
+    async def _handle_batch(self, batch: Batch) -> None:
+        for records in batch.values():
+            for record in records:
+                await self._handle(record)
+        self.stats.dead_lettered = self.sink.dead_lettered
 
-    async def _handle(self, record: ConsumerRecord[Any, Any]) -> None:
+    async def _handle(self, record: Record) -> None:
         base = self._base[record.topic]
-        MESSAGES_IN.labels(record.topic).inc()
         started = time.perf_counter()
-        parent = extract_trace(record.headers)
         with tracer.start_as_current_span(
             names.SPAN_PROCESS.format(topic=base),
-            context=parent,
+            context=extract_trace(record.headers),
             kind=SpanKind.CONSUMER,
             attributes={
                 names.MESSAGING_SYSTEM: "kafka",
@@ -153,7 +139,7 @@ class StreamWorker:
                 value = decode(topic_spec(base).model, record.value)
             except ContractError as exc:
                 span.set_attribute(names.DEADLETTER_KIND, exc.kind)
-                await self._dead_letter(record, exc.message, exc.kind)
+                await self.sink.dead_letter_record(record, exc.message, exc.kind)
                 return
             incoming = Incoming(
                 topic=record.topic,
@@ -173,26 +159,10 @@ class StreamWorker:
                 span.record_exception(exc)
                 span.set_attribute(names.DEADLETTER_KIND, "processing")
                 log.warning("processing failed at %s[%d]@%d: %s", record.topic, record.partition, record.offset, exc)
-                await self._dead_letter(record, f"{type(exc).__name__}: {exc}", "processing")
+                await self.sink.dead_letter_record(record, f"{type(exc).__name__}: {exc}", "processing")
                 return
             for out in outputs:
-                await self.producer.send(out.base_topic, out.key, out.value)
+                await self.sink.send(out.base_topic, out.key, out.value, None)
             self.stats.produced += len(outputs)
             self.stats.handled += 1
         PROCESSING_SECONDS.labels(record.topic).observe(time.perf_counter() - started)
-
-    async def _dead_letter(self, record: ConsumerRecord[Any, Any], error: str, kind: str) -> None:
-        letter = dead_letter(
-            service=self.service,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            value=record.value,
-            headers=record.headers,
-            error=error,
-            kind=kind,
-        )
-        await self.producer.send(DEADLETTER_TOPIC, record.topic, letter)
-        DEADLETTERS.labels(record.topic, kind).inc()
-        self.stats.dead_lettered += 1

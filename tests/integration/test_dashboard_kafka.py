@@ -8,7 +8,6 @@ results, raw node states (for rates), a dead letter, and a consumer group with c
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import socket
 import time
@@ -28,7 +27,6 @@ from contracts.models import (
     ActionResult,
     AnomalyScore,
     ClusterState,
-    DeadLetter,
     Decision,
     DeploymentState,
     FailureRisk,
@@ -40,6 +38,7 @@ from contracts.models import (
 from services.dashboard.main import Dashboard, body, build
 from services.dashboard.reader import topic_partitions
 from services.dashboard.settings import DashboardSettings
+from services.runtime.deadletter import dead_letter
 from services.runtime.health import HealthServer
 from services.runtime.producer import Producer
 from tests.conftest import wait_until
@@ -182,12 +181,12 @@ async def replay_traffic(bootstrap: str, prefix: str, *, nodes: int, rounds: int
             traffic.decisions[d.decision_id] = d
             await producer.send("decisions.v1", d.target.key(), d)
             await producer.send("actions.v1", d.target.key(), result)
-        letter = DeadLetter(
-            source_topic=f"{prefix}nodestate.v1", partition=0, offset=7, key_b64=base64.b64encode(b"node-099").decode(),
-            value_b64=base64.b64encode(b'{"node": "node-099", "cpu_util": 7.5}').decode(),
+        letter = dead_letter(
+            service="features", topic=f"{prefix}nodestate.v1", partition=0, offset=7, key=b"node-099",
+            value=b'{"node": "node-099", "cpu_util": 7.5}', headers=None,
             error="NodeState: cpu_util: Input should be less than or equal to 1; ts_ms: Field required",
-            error_kind="schema", service="features", ts_ms=end)
-        await producer.send("deadletter.v1", letter.source_topic, letter)
+            kind="schema").model_copy(update={"ts_ms": end})
+        await producer.send("deadletter.v2", letter.source_topic, letter)
         await producer.flush()
     finally:
         await producer.stop()

@@ -10,8 +10,7 @@ import uuid
 
 import pytest
 
-from contracts import DeadLetter, decode
-from services.runtime.producer import Producer
+from contracts import DeadLetterV2, decode
 from services.runtime.worker import Incoming, Outgoing, StreamWorker
 from tests.conftest import wait_until
 from tests.kafka_helpers import consume
@@ -33,8 +32,6 @@ async def test_kcat_lists_topics_and_garbage_lands_in_deadletter(kafka_bootstrap
     garbage = b"this is not json \x00\x01"
     kcat("-b", kafka_bootstrap, "-P", "-t", topic, "-p", "2", "-k", "task-1", stdin=garbage)
 
-    producer = Producer(bootstrap=kafka_bootstrap, client_id="t", topic_prefix=topic_prefix)
-    await producer.start()
 
     async def handle(_: Incoming) -> list[Outgoing]:
         return []
@@ -45,7 +42,6 @@ async def test_kcat_lists_topics_and_garbage_lands_in_deadletter(kafka_bootstrap
         group_id=f"g-{uuid.uuid4().hex}",
         input_topics=["taskevents.v1"],
         handler=handle,
-        producer=producer,
         topic_prefix=topic_prefix,
     )
     stop = asyncio.Event()
@@ -55,13 +51,13 @@ async def test_kcat_lists_topics_and_garbage_lands_in_deadletter(kafka_bootstrap
     finally:
         stop.set()
         await task
-        await producer.stop()
-    [record] = await consume(kafka_bootstrap, f"{topic_prefix}deadletter.v1", 1)
-    letter = decode(DeadLetter, record.value)
+    [record] = await consume(kafka_bootstrap, f"{topic_prefix}deadletter.v2", 1)
+    letter = decode(DeadLetterV2, record.value)
     assert (letter.source_topic, letter.partition, letter.offset) == (topic, 2, 0)
-    assert base64.b64decode(letter.value_b64 or "") == garbage
-    assert base64.b64decode(letter.key_b64 or "") == b"task-1"
+    assert letter.value is not None and base64.b64decode(letter.value.b64) == garbage
+    assert not letter.value.truncated and letter.value.size == len(garbage)
+    assert letter.key is not None and base64.b64decode(letter.key.b64) == b"task-1"
     assert letter.error_kind == "malformed"
     # kcat, too, reads the dead letter back.
-    out = kcat("-b", kafka_bootstrap, "-C", "-t", f"{topic_prefix}deadletter.v1", "-c", "1", "-e", "-f", "%s")
+    out = kcat("-b", kafka_bootstrap, "-C", "-t", f"{topic_prefix}deadletter.v2", "-c", "1", "-e", "-f", "%s")
     assert '"error_kind":"malformed"' in out

@@ -26,6 +26,7 @@ from services.referee.actuator import KubeActuator
 from services.referee.loop import Referee
 from services.referee.settings import RefereeSettings
 from services.runtime.producer import Producer
+from services.runtime.stream_io import Sink
 from tests.conftest import wait_until
 from tests.integration.test_referee_helpers import (  # noqa: F401 (fixtures)
     DEPLOY,
@@ -126,19 +127,17 @@ class Running:
         self.stop_event = asyncio.Event()
 
     async def __aenter__(self) -> Running:
-        self.producer = Producer(
-            bootstrap=self.s.kafka_bootstrap, client_id="it-referee", topic_prefix=self.s.topic_prefix
-        )
-        await self.producer.start()
+        self.sink = Sink(bootstrap=self.s.kafka_bootstrap, service="it-referee", topic_prefix=self.s.topic_prefix)
+        await self.sink.start()
         self.actuator = await KubeActuator.connect(self.s) if self.s.mode != "shadow" else None
-        self.referee = Referee(self.s, self.producer, self.actuator)
+        self.referee = Referee(self.s, self.sink, self.actuator)
         self.task = asyncio.create_task(self.referee.run(self.stop_event))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.stop_event.set()
         await asyncio.wait_for(self.task, 30)
-        await self.producer.stop()
+        await self.sink.stop()
         if self.actuator is not None:
             await self.actuator.close()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import signal
 import subprocess
@@ -16,9 +15,9 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
-from contracts import AnomalyScore, DeadLetter, NodeState, decode, encode
+from contracts import AnomalyScore, DeadLetterV2, NodeState, decode, encode
 from contracts.headers import build_headers, trace_id_of
-from services.runtime.producer import Producer
+from services.runtime.deadletter import original_value
 from services.runtime.worker import Incoming, Outgoing, StreamWorker
 from tests.conftest import ROOT, wait_until
 from tests.kafka_helpers import consume, produce_raw
@@ -55,8 +54,6 @@ async def test_valid_handled_invalid_dead_lettered_with_offsets(kafka_bootstrap:
         headers=[("traceparent", traceparent)],
     )
 
-    producer = Producer(bootstrap=kafka_bootstrap, client_id="t", topic_prefix=topic_prefix)
-    await producer.start()
     handled: list[int] = []
 
     async def handle(msg: Incoming) -> list[Outgoing]:
@@ -79,7 +76,6 @@ async def test_valid_handled_invalid_dead_lettered_with_offsets(kafka_bootstrap:
         group_id=f"g-{uuid.uuid4().hex}",
         input_topics=["nodestate.v1"],
         handler=handle,
-        producer=producer,
         topic_prefix=topic_prefix,
     )
     stop = asyncio.Event()
@@ -91,16 +87,15 @@ async def test_valid_handled_invalid_dead_lettered_with_offsets(kafka_bootstrap:
     finally:
         stop.set()
         await task
-        await producer.stop()
     assert handled == [0, 1, 2, 3, 4]
 
-    letters = [decode(DeadLetter, r.value) for r in await consume(kafka_bootstrap, f"{topic_prefix}deadletter.v1", 2)]
+    letters = [decode(DeadLetterV2, r.value) for r in await consume(kafka_bootstrap, f"{topic_prefix}deadletter.v2", 2)]
     by_offset = {letter.offset: letter for letter in letters}
     assert sorted(by_offset) == [2, 5]
     assert by_offset[2].error_kind == "malformed"
-    assert base64.b64decode(by_offset[2].value_b64 or "") == bad_json[1]
+    assert original_value(by_offset[2]) == bad_json[1]
     assert by_offset[5].error_kind == "schema" and "cpu_util" in by_offset[5].error
-    assert base64.b64decode(by_offset[5].value_b64 or "") == bad_schema[1]
+    assert original_value(by_offset[5]) == bad_schema[1]
     assert all(letter.source_topic == topic and letter.partition >= 0 for letter in letters)
 
     outputs = await consume(kafka_bootstrap, f"{topic_prefix}anomalies.v1", 5)

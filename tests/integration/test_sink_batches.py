@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from contracts import DeadLetter, RegimeLabel, decode
+from contracts import DeadLetterV2, RegimeLabel, decode
 from contracts.headers import build_headers
 from services.runtime import stream_io
 from services.runtime.stream_io import Sink
@@ -95,8 +95,8 @@ async def test_a_large_value_goes_alone_and_keeps_its_place(kafka_bootstrap: str
         await sink.flush()
         assert sink.dead_lettered == 3
         assert len(direct) == 1 and direct[0] > stream_io.DIRECT_ABOVE, direct
-    records = await consume(kafka_bootstrap, f"{topic_prefix}deadletter.v1", 3)
-    letters = [decode(DeadLetter, r.value) for r in records]
+    records = await consume(kafka_bootstrap, f"{topic_prefix}deadletter.v2", 3)
+    letters = [decode(DeadLetterV2, r.value) for r in records]
     assert [letter.offset for letter in letters] == [1, 2, 3]
     assert len(records[1].value) > stream_io.DIRECT_ABOVE
 

@@ -249,7 +249,7 @@ async def test_pipeline_50_nodes_regimes_anomalies_risk(kafka_bootstrap: str, to
         base = os.getpriority(os.PRIO_PROCESS, 0)
         niceness = {s.name: os.getpriority(os.PRIO_PROCESS, s.proc.pid) for s in services}
         assert niceness == {"features": base, "regime": base, "anomaly": max(base, 10), "risk": max(base, 10)}
-        bases = ["features.v1", "regimes.v1", "anomalies.v1", "risk.v1", "deadletter.v1"]
+        bases = ["features.v1", "regimes.v1", "anomalies.v1", "risk.v1", "deadletter.v2"]
         async with collector(kafka_bootstrap, topic_prefix, bases) as (got, poll_until):
             half = len(sc.states) // 2
             await produce_states(kafka_bootstrap, topic_prefix, sc.states[:half])
@@ -277,7 +277,7 @@ async def test_pipeline_50_nodes_regimes_anomalies_risk(kafka_bootstrap: str, to
             await produce_states(kafka_bootstrap, topic_prefix, sc.states[half:], offset=half)
             want = len(sc.expected_windows)
             await poll_until(lambda g: len({(v.node, v.ts_ms) for v in g.values("regimes.v1", RegimeLabel)}) >= want
-                             and len(g.records["anomalies.v1"]) >= want and len(g.records["deadletter.v1"]) >= 2
+                             and len(g.records["anomalies.v1"]) >= want and len(g.records["deadletter.v2"]) >= 2
                              and sum(1 for r in g.records["risk.v1"] if r.key.startswith(b"node:")) >= 10,
                              150, f"{want} windows through regime and anomaly, dead letters and risk")
     # ---- features: exactly the offline windows
@@ -319,6 +319,6 @@ async def test_pipeline_50_nodes_regimes_anomalies_risk(kafka_bootstrap: str, to
     assert finals == failed
     assert node_risks and all(r.tasks >= 0 for r in node_risks)
     # ---- dead letters name the source and offsets; the services kept running
-    letters = [orjson.loads(r.value) for r in got.records["deadletter.v1"]]
+    letters = [orjson.loads(r.value) for r in got.records["deadletter.v2"]]
     assert {(d["error_kind"], d["source_topic"]) for d in letters} >= {
         ("malformed", topic_prefix + "nodestate.v1"), ("schema", topic_prefix + "nodestate.v1")}

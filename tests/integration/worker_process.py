@@ -14,7 +14,6 @@ import signal
 import sys
 
 from contracts import AnomalyScore, NodeState
-from services.runtime.producer import Producer
 from services.runtime.worker import Incoming, Outgoing, StreamWorker
 
 
@@ -24,8 +23,6 @@ async def main(bootstrap: str, prefix: str, group: str, logfile: str) -> None:
 
         setup_tracing("test-worker", os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
     out = open(logfile, "a", buffering=1)  # noqa: SIM115 - closed at process exit
-    producer = Producer(bootstrap=bootstrap, client_id="worker-proc", topic_prefix=prefix)
-    await producer.start()
 
     async def handle(msg: Incoming) -> list[Outgoing]:
         state = msg.value
@@ -50,7 +47,6 @@ async def main(bootstrap: str, prefix: str, group: str, logfile: str) -> None:
         group_id=group,
         input_topics=["nodestate.v1"],
         handler=handle,
-        producer=producer,
         topic_prefix=prefix,
         max_records=20,
     )
@@ -59,7 +55,6 @@ async def main(bootstrap: str, prefix: str, group: str, logfile: str) -> None:
     try:
         await worker.run(stop)
     finally:
-        await producer.stop()
         if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             from services.runtime.telemetry import shutdown_tracing
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import orjson
@@ -12,7 +11,6 @@ from contracts.models import (
     ActionResult,
     AnomalyScore,
     ClusterState,
-    DeadLetter,
     Decision,
     DeploymentState,
     FailureRisk,
@@ -25,6 +23,7 @@ from services.dashboard.clusters import compare
 from services.dashboard.decisions import Intent
 from services.dashboard.series import RateWindow, Series
 from services.dashboard.state import DashboardState, StateConfig
+from services.runtime.deadletter import dead_letter
 
 T0 = 1_700_000_000_000
 
@@ -317,10 +316,10 @@ def test_dead_letters_counted_with_their_errors(state: DashboardState) -> None:
     state = DashboardState(StateConfig(topic_prefix="t1-"))
     v = state.version
     for i in range(3):
-        state.apply("deadletter.v1", DeadLetter(
-            source_topic="t1-nodestate.v1", partition=2, offset=40 + i, key_b64=None,
-            value_b64=base64.b64encode(b'{"node": 1}').decode(), error=f"NodeState: node: bad {i}",
-            error_kind="schema", service="features", ts_ms=T0 + i))
+        state.apply("deadletter.v2", dead_letter(
+            service="features", topic="t1-nodestate.v1", partition=2, offset=40 + i, key=None,
+            value=b'{"node": 1}', headers=None, error=f"NodeState: node: bad {i}",
+            kind="schema").model_copy(update={"ts_ms": T0 + i}))
     p = state.snapshot(T0, since=v)["pipeline"]
     assert p["deadletter_total"] == 3
     assert p["deadletters"]["by_source"] == [

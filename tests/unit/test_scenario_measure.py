@@ -34,9 +34,9 @@ def test_observer_counts_outputs_windows_and_dead_letters() -> None:
     obs.take("features.v1", b"sim-00001", b"{not json", 20_031)
     state = {"node": "sim-00007", "seq": 42}
     letter = {"source_topic": "p-nodestate.v1", "error_kind": "schema",
-              "value_b64": base64.b64encode(orjson.dumps(state)).decode()}
-    obs.take("deadletter.v1", b"p-nodestate.v1", orjson.dumps(letter), 21_000)
-    obs.take("deadletter.v1", b"p-nodestate.v1", orjson.dumps({**letter, "value_b64": "bm90IGpzb24="}), 21_500)
+              "value": {"b64": base64.b64encode(orjson.dumps(state)).decode()}}
+    obs.take("deadletter.v2", b"p-nodestate.v1", orjson.dumps(letter), 21_000)
+    obs.take("deadletter.v2", b"p-nodestate.v1", orjson.dumps({**letter, "value": {"b64": "bm90IGpzb24="}}), 21_500)
     assert obs.series["features.v1"].count == 1
     assert list(obs.series["features.v1"].latency_ms) == [40.0]
     assert obs.series["features.v1"].latencies_between(20.0, 21.0) == [40.0]
@@ -55,8 +55,8 @@ def test_observer_keeps_per_window_answers_and_rejected_windows() -> None:
     obs.take("risk.v1", b"n1", orjson.dumps({**label, "target_kind": "node", "target": "n1"}), 20_100)
     vector = {"node": "n2", "ts_ms": 30_000}
     letter = {"source_topic": "p-features.v1", "error_kind": "processing", "service": "anomaly",
-              "value_b64": base64.b64encode(orjson.dumps(vector)).decode()}
-    obs.take("deadletter.v1", b"p-features.v1", orjson.dumps(letter), 30_100)
+              "value": {"b64": base64.b64encode(orjson.dumps(vector)).decode()}}
+    obs.take("deadletter.v2", b"p-features.v1", orjson.dumps(letter), 30_100)
     assert obs.window_outputs["regimes.v1"] == {("n1", 20_000)}
     assert "risk.v1" not in obs.window_outputs  # risk is not one-answer-per-window
     assert list(obs.series["risk.v1"].latency_ms) == [1_100.0]
@@ -64,8 +64,8 @@ def test_observer_keeps_per_window_answers_and_rejected_windows() -> None:
 
 
 def test_nodestate_id_of_unparseable_letter_is_none() -> None:
-    assert nodestate_id({"value_b64": None}) is None
-    assert nodestate_id({"value_b64": base64.b64encode(b'{"node": "a"}').decode()}) is None
+    assert nodestate_id({"value": None}) is None
+    assert nodestate_id({"value": {"b64": base64.b64encode(b'{"node": "a"}').decode()}}) is None
 
 
 def test_zipf_weights_are_normalised_and_decreasing() -> None:

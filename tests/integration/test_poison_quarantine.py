@@ -1,0 +1,101 @@
+"""Poison pills are quarantined, dead letters are written once, and no input stops a stage (real broker).
+
+One partition holds good records and four bad ones: a value the handler dead-letters itself
+(``BAD``), one that makes the handler raise (``RAISE``), one of 1,000,000 bytes the handler
+dead-letters (its dead letter must still fit a produce request), and one that kills the process
+(``POISON``, as a crash in native code would). The test restarts the process whenever it dies,
+as the local supervisor and Kubernetes do. Expected: two crashes (the first finds the partition
+stuck, the second pins the record down by handling the records one at a time), then the poison
+is dead-lettered as ``poison`` and skipped; every other record is handled; each bad record has
+exactly one dead letter, although the crashes came after some letters were written and before
+their offsets were committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from contracts import DeadLetterV2, decode
+from services.runtime import deadletter
+from tests.conftest import ROOT, wait_until
+from tests.integration.poison_process import POISON_EXIT
+from tests.kafka_helpers import drain
+
+pytestmark = [pytest.mark.integration]
+GOOD = 120
+BAD_AT = {10: b"BAD-schema", 20: b"RAISE", 30: b"BAD" + b"\x00" * (1_000_000 - 3), 35: b"POISON"}
+
+
+async def _produce(bootstrap: str, topic: str) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=2 * 1024 * 1024)
+    await producer.start()
+    try:
+        for offset in range(GOOD):
+            value = BAD_AT.get(offset, f"good-{offset}".encode())
+            await producer.send_and_wait(topic, value=value, key=b"k", partition=0)
+    finally:
+        await producer.stop()
+
+
+def _spawn(bootstrap: str, prefix: str, service: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.poison_process", bootstrap, prefix, service, str(log)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(log.with_suffix(".err"), "ab"),
+    )
+
+
+def _handled(log: Path) -> set[int]:
+    if not log.exists():
+        return set()
+    return {int(line.split()[1]) for line in log.read_text().splitlines() if line.strip()}
+
+
+async def test_poison_is_quarantined_and_each_bad_record_dead_lettered_once(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    topic = f"{topic_prefix}nodestate.v1"
+    await _produce(kafka_bootstrap, topic)
+    service = f"poison-{uuid.uuid4().hex[:6]}"
+    log = tmp_path / "handled.log"
+    good = set(range(GOOD)) - set(BAD_AT)
+    crashes = 0
+    proc = _spawn(kafka_bootstrap, topic_prefix, service, log)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 120
+        while not good <= _handled(log):
+            assert loop.time() < deadline, (
+                f"after {crashes} crashes, not handled: {sorted(good - _handled(log))[:10]}; "
+                f"{log.with_suffix('.err').read_text()[-3000:]}")
+            code = proc.poll()
+            if code is not None:
+                assert code == POISON_EXIT, f"exit {code}: {log.with_suffix('.err').read_text()[-3000:]}"
+                crashes += 1
+                assert crashes <= 2, "the poison pill was not quarantined after two crashes"
+                proc = _spawn(kafka_bootstrap, topic_prefix, service, log)
+            await asyncio.sleep(0.1)
+        letters = [decode(DeadLetterV2, r.value) for r in await drain(kafka_bootstrap, f"{topic_prefix}deadletter.v2")]
+        await wait_until(lambda: proc.poll() is None, what="the last process still running")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, log.with_suffix(".err").read_text()[-3000:]
+    assert crashes == 2
+    mine = [letter for letter in letters if letter.service == service]
+    by_offset: dict[int, list[DeadLetterV2]] = {}
+    for letter in mine:
+        by_offset.setdefault(letter.offset, []).append(letter)
+    assert {o: len(ls) for o, ls in by_offset.items()} == {10: 1, 20: 1, 30: 1, 35: 1}, "one dead letter each"
+    assert [by_offset[o][0].error_kind for o in (10, 20, 30, 35)] == ["schema", "processing", "schema", "poison"]
+    assert "cannot handle offset 20" in by_offset[20][0].error
+    huge = by_offset[30][0].value
+    assert huge is not None and huge.truncated and huge.size == 1_000_000
+    assert len(huge.b64) <= deadletter.VALUE_MAX * 4 // 3 + 4
+    assert deadletter.original_value(by_offset[35][0]) == b"POISON"
+    assert all(letter.source_topic == topic and letter.partition == 0 for letter in mine)

@@ -1,0 +1,45 @@
+"""Crash recovery plans from the committed offset and its mark (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.runtime.recovery import CAREFUL_MAX, Mark, Plan, plan_partition
+
+
+@pytest.mark.parametrize("mark", [
+    Mark(ts_ms=1, attempts=0), Mark(ts_ms=1, attempts=3, careful_at=7, clean=True), Mark(ts_ms=5, careful_at=None),
+])
+def test_mark_round_trips(mark: Mark) -> None:
+    assert Mark.decode(mark.encode()) == mark
+    assert len(mark.encode()) < 100  # well under the broker's offset.metadata.max.bytes (4096)
+
+
+@pytest.mark.parametrize("text", [None, "", "not json", "[1]", '{"v": 2, "ts": 1}', '{"v": 1}', '{"v": 1, "ts": "x"}'])
+def test_foreign_or_garbled_metadata_is_no_mark(text: str | None) -> None:
+    assert Mark.decode(text) is None
+
+
+def test_first_start_and_clean_stop_need_nothing() -> None:
+    assert plan_partition(None, None, careful_base=500) == Plan(attempts=1)
+    assert plan_partition(40, None, careful_base=500) == Plan(attempts=1)
+    assert plan_partition(40, Mark(ts_ms=9, attempts=4, clean=True), careful_base=500) == Plan(attempts=1)
+
+
+def test_a_crash_after_progress_reads_back_dead_letters_only() -> None:
+    plan = plan_partition(40, Mark(ts_ms=9, attempts=0), careful_base=500)
+    assert plan == Plan(attempts=1, careful=0, crashed=True, since_ms=9)
+
+
+def test_a_second_start_without_progress_goes_carefully_and_widens_each_time() -> None:
+    assert plan_partition(40, Mark(ts_ms=9, attempts=1), careful_base=500).careful == 500
+    assert plan_partition(40, Mark(ts_ms=9, attempts=2), careful_base=500).careful == 1000
+    assert plan_partition(40, Mark(ts_ms=9, attempts=3), careful_base=500).attempts == 4
+    assert plan_partition(40, Mark(ts_ms=9, attempts=60), careful_base=500).careful == CAREFUL_MAX
+
+
+def test_a_careful_mark_at_the_committed_offset_names_the_poison() -> None:
+    plan = plan_partition(40, Mark(ts_ms=9, attempts=2, careful_at=40), careful_base=500)
+    assert (plan.poison, plan.careful, plan.crashed) == (40, 0, True)
+    # a careful mark behind the committed offset: that record was passed, no poison
+    assert plan_partition(41, Mark(ts_ms=9, attempts=2, careful_at=40), careful_base=500).poison is None
