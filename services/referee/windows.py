@@ -45,6 +45,8 @@ class Windows:
         key = proposal.target.key()
         closed: list[Window] = []
         window = self.open.get(key)
+        if window is not None and (tp, offset) in window.offsets:
+            return closed  # the same record again (a batch re-run record by record after an error)
         if window is not None and proposal.ts_ms >= window.start_ts_ms + self.window_ms:
             closed.append(self.open.pop(key))
             window = None

@@ -348,7 +348,11 @@ class BatchStream:
         was returned before a revocation is dropped by the caller (fetched again after it).
         """
         timeout_ms = 100 if self.hooks.poll_ms is None else self.hooks.poll_ms()
-        batch: Batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=self.batch_max)
+        try:
+            batch: Batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=self.batch_max)
+        except UnicodeDecodeError as exc:
+            await self._step_over_unreadable(consumer, exc)
+            return {}, self._generation
         # a rebalance during this getmany: what it returned is of the new assignment already
         return batch, self._generation
 
@@ -495,6 +499,46 @@ class BatchStream:
             del self._careful[tp]
             log.info("%s[%d]: careful pass over, handled in batches again", tp.topic, tp.partition)
 
+    async def _step_over_unreadable(self, consumer: AIOKafkaConsumer, exc: UnicodeDecodeError) -> None:
+        """A record the Kafka client cannot even unpack (a header name that is not UTF-8): dead-letter it, go on.
+
+        aiokafka decodes header names while it unpacks a fetched batch, so such a record makes every
+        ``getmany`` raise and never reaches ``handle``. Every partition goes back to what this stage
+        has handled (the failed call may have moved some positions past records it never returned),
+        then is read one record at a time, handled as usual, until it is caught up or a batch's worth
+        is done; a read that fails there names the record: it is dead-lettered (its bytes cannot be
+        had from the client) and skipped.
+        """
+        log.warning("the Kafka client could not unpack a fetched batch (%s): reading record by record", exc)
+        async with self._processing:
+            assigned = sorted(consumer.assignment())
+            for tp in assigned:
+                position = self.positions.get(tp, self._start_offsets.get(tp))
+                if position is None:
+                    position = await consumer.committed(tp)
+                if position is not None:
+                    consumer.seek(tp, position)
+            for tp in assigned:
+                for _ in range(self.batch_max):
+                    try:
+                        got: Batch = await consumer.getmany(tp, timeout_ms=200, max_records=1)
+                    except UnicodeDecodeError as unreadable:
+                        offset = await consumer.position(tp)
+                        await self.sink.dead_letter_record(
+                            UnreadableRecord(tp.topic, tp.partition, offset),
+                            f"the Kafka client cannot unpack this record ({unreadable}); its bytes are not "
+                            "available to the service", "malformed")
+                        consumer.seek(tp, offset + 1)
+                        self.positions[tp] = offset + 1
+                        continue
+                    if not got:
+                        break
+                    if self._unmarked:
+                        await self._write_start_marks(got)
+                    await self._handle_isolating(got)
+                    await self.sink.push()
+                    self._advance(got)
+
     async def _commit_marks(self, marks: dict[TopicPartition, tuple[int, Mark]]) -> None:
         if self._consumer is None:
             return
@@ -591,6 +635,18 @@ class BatchStream:
                 log.exception("crash recovery for partitions %s failed; consuming them without it", partitions)
         log.info("partitions %s of %s assigned, state restored", partitions, ", ".join(self.topics))
         self.ready.set()
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableRecord:
+    """Where a record the client could not unpack sits (what a dead letter needs of a record)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def _now_ms() -> int:

@@ -99,3 +99,37 @@ async def test_poison_is_quarantined_and_each_bad_record_dead_lettered_once(
     assert len(huge.b64) <= deadletter.VALUE_MAX * 4 // 3 + 4
     assert deadletter.original_value(by_offset[35][0]) == b"POISON"
     assert all(letter.source_topic == topic and letter.partition == 0 for letter in mine)
+
+
+async def test_a_record_the_client_cannot_unpack_is_dead_lettered_and_nothing_around_it_is_lost(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """A header name that is not UTF-8 makes aiokafka's getmany raise for the whole fetch."""
+    from tests.integration.test_malformed_corpus import kcat_send
+    from tests.malformed_corpus import consumer_breaking_cases
+
+    topic = f"{topic_prefix}nodestate.v1"
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for offset in range(5):
+            await producer.send_and_wait(topic, value=f"good-{offset}".encode(), key=b"k", partition=0)
+        [case] = consumer_breaking_cases("nodestate.v1")
+        await kcat_send(kafka_bootstrap, topic, case, tmp_path / "case.bin")  # offset 5, partition 0
+        for offset in range(6, 12):
+            await producer.send_and_wait(topic, value=f"good-{offset}".encode(), key=b"k", partition=0)
+    finally:
+        await producer.stop()
+    service = f"unreadable-{uuid.uuid4().hex[:6]}"
+    log = tmp_path / "handled.log"
+    proc = _spawn(kafka_bootstrap, topic_prefix, service, log)
+    try:
+        await wait_until(lambda: proc.poll() is not None or _handled(log) >= set(range(12)) - {5}, timeout=60,
+                         what="every good record handled")
+        assert proc.poll() is None, log.with_suffix(".err").read_text()[-3000:]
+        letters = [decode(DeadLetterV2, r.value) for r in await drain(kafka_bootstrap, f"{topic_prefix}deadletter.v2")]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, log.with_suffix(".err").read_text()[-3000:]
+    assert [(letter.offset, letter.error_kind) for letter in letters if letter.service == service] == [(5, "malformed")]
+    assert "cannot unpack" in letters[-1].error

@@ -306,6 +306,19 @@ def test_windows_group_by_event_time_and_hold_offsets() -> None:
     assert w.held_offsets() == {}
 
 
+def test_the_same_record_twice_is_one_proposal_in_its_window() -> None:
+    """A batch re-run record by record after an error offers the same records again."""
+    w = Windows(window_ms=500)
+    tp = TopicPartition("p", 0)
+    ctx = otel_context.Context()
+    w.add(prop("scale_out", 0.7, pid="a", ts=NOW), ctx, tp, 10, now_ms=NOW)
+    w.add(prop("scale_out", 0.7, pid="a", ts=NOW), ctx, tp, 10, now_ms=NOW + 1)
+    w.add(prop("scale_out", 0.7, pid="a", ts=NOW), ctx, tp, 11, now_ms=NOW + 2)  # re-sent: another record
+    [window] = w.drain()
+    assert [p.proposal_id for p in window.proposals] == ["a", "a"]
+    assert window.offsets == [(tp, 10), (tp, 11)]
+
+
 def test_taint_merge_and_resize_body() -> None:
     node = {
         "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}, {"key": "k", "value": "llc", "effect": "NoSchedule"}]}
