@@ -16,7 +16,8 @@ stdout carries one JSON object per line: ``ready``, ``phase`` (name, t), ``progr
 (t, sent) every second and ``done`` (sent, seconds); ``--ticks-out`` writes one line per
 tick (seq, ts_ms, nodes, phase) — with uniform keys this is the exact set of produced
 (node, seq) pairs that the soak's loss accounting needs. SIGTERM stops after the
-current slice, flushes and still prints ``done``.
+current slice, flushes and still prints ``done``; SIGUSR1 ends the current phase at the
+next tick and goes on with the next one.
 """
 
 from __future__ import annotations
@@ -110,12 +111,19 @@ async def drive(args: argparse.Namespace, phases: list[Phase]) -> int:
         compression=pick_compression(args.compression),
         linger_ms=5,
         max_batch_size=1_048_576,
+        # a broker restart (the chaos scenario's, or a shared machine's) must not end the run: the
+        # idempotent producer holds its batches through the outage instead of expiring them at 30 s
+        request_timeout_ms=180_000,
     )
     await producer.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # SIGUSR1 ends the current phase at the next tick (the chaos scenario ends its open-ended
+    # fault phase when the last fault recovered, and still gets the flush phase after it)
+    next_phase = asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, next_phase.set)
     ticks: IO[bytes] | None = args.ticks_out.open("wb") if args.ticks_out else None
     sent = 0
     seq = 0
@@ -140,8 +148,13 @@ async def drive(args: argparse.Namespace, phases: list[Phase]) -> int:
             period = phase.interval_ms / 1000.0
             n_ticks = max(1, round(phase.seconds / period))
             slices = max(1, min(50, round(50 * period)))
+            ran = n_ticks
             for j in range(n_ticks):
                 if stop.is_set():
+                    break
+                if next_phase.is_set():
+                    next_phase.clear()
+                    ran = j
                     break
                 due = t_phase + j * period
                 records = gen.records(round(due * 1000), seq)
@@ -167,7 +180,7 @@ async def drive(args: argparse.Namespace, phases: list[Phase]) -> int:
                         next_progress = now + 1.0
                     if stop.is_set():
                         break
-            t_phase += n_ticks * period
+            t_phase += ran * period
             await _sleep_until(t_phase)
         await publisher.flush()
         if task_publisher is not None:

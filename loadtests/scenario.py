@@ -3,6 +3,7 @@
     borgctl load ramp --steps 1000,5000,10000,20000 --hold 30 --out DIR
                       [--max-p99-ms 250] [--min-throughput-ratio 0.9] [--quick]
     borgctl load soak --rate 2000 --minutes 10 --out DIR [--max-lost 0] [--max-rss-growth-mb 50]
+    borgctl load chaos [--quick] --out DIR   (faults in turn under steady load: loadtests/chaos.py)
 
 Each run starts the stream and decision services that exist in this build (``--services``)
 as subprocesses in a fresh topic namespace, drives synthetic NodeState in real time
@@ -101,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument("--max-rss-growth-mb", type=float, default=None,
                       help="threshold: RSS growth of any service over the second half (MB)")
     _common(soak)
+    from loadtests.chaos import add_parser as add_chaos
+
+    add_chaos(sub)
     return parser
 
 
@@ -348,6 +352,11 @@ def setup_logging(out: Path) -> None:
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.mode == "chaos":
+        from loadtests.chaos import main as chaos_main
+
+        setup_logging(args.out)
+        return chaos_main(args)
     try:
         services = select_services(args.services)
         parse_env(args.env)
