@@ -286,11 +286,7 @@ class BatchStream:
                             # fetched before a revocation: the partitions may be another worker's now,
                             # and a new assignment re-fetches from the committed offsets
                             continue
-                        if self._unmarked:
-                            await self._write_start_marks(batch)
-                        await self._handle_isolating(batch)
-                        await self.sink.push()
-                        self._advance(batch)
+                        await self._handle_and_advance(batch)
                         if self.settings.flush_each_batch:
                             await self.sink.flush()
                     if self.fault_exit_after and self.events >= self.fault_exit_after:
@@ -414,6 +410,14 @@ class BatchStream:
 
     # -- input that fails, and what a crash left behind (services/runtime/recovery.py) ------------
 
+    async def _handle_and_advance(self, batch: Batch) -> None:
+        """The usual path of a batch (hold ``_processing``): start marks, handle, hand outputs over, note positions."""
+        if self._unmarked:
+            await self._write_start_marks(batch)
+        await self._handle_isolating(batch)
+        await self.sink.push()
+        self._advance(batch)
+
     async def _handle_isolating(self, batch: Batch) -> None:
         """``handle`` the batch; when it raises, find the records that fail it and dead-letter them.
 
@@ -533,11 +537,7 @@ class BatchStream:
                         continue
                     if not got:
                         break
-                    if self._unmarked:
-                        await self._write_start_marks(got)
-                    await self._handle_isolating(got)
-                    await self.sink.push()
-                    self._advance(got)
+                    await self._handle_and_advance(got)
 
     async def _commit_marks(self, marks: dict[TopicPartition, tuple[int, Mark]]) -> None:
         if self._consumer is None:
