@@ -13,12 +13,13 @@ async def produce_raw(
     topic: str,
     items: list[tuple[bytes | None, bytes | None]],
     headers: list[tuple[str, bytes]] | None = None,
+    partition: int | None = None,
 ) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
     await producer.start()
     try:
         for key, value in items:
-            await producer.send(topic, key=key, value=value, headers=headers or [])
+            await producer.send(topic, key=key, value=value, headers=headers or [], partition=partition)
         await producer.flush()
     finally:
         await producer.stop()

@@ -20,8 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from contracts.topics import TOPICS
-from services.dashboard.reader import TopicsMissingError, topic_partitions
 from services.dashboard.state import DashboardState
+from services.runtime.topic_reader import TopicsMissingError, topic_partitions
 
 log = logging.getLogger(__name__)
 PARTITIONS_REFRESH_S = 30.0
