@@ -152,6 +152,10 @@ class ChangelogState:
         await self.drain()
 
 
+class StageStalledError(RuntimeError):
+    """Input waited and nothing was committed for ``HEALTH_STALL_AFTER_S``: the stage stops to be restarted."""
+
+
 @dataclass(frozen=True)
 class LoopHooks:
     """What a consumer with its own timing adds to the loop (the referee: windows that close by time).
@@ -213,6 +217,7 @@ class BatchStream:
         self._generation = 0
         self._fatal: BaseException | None = None
         self._commit_error: BaseException | None = None
+        self._stalled: str | None = None
         self.error_policy = settings.error_policy
         # crash recovery (services/runtime/recovery.py): per assigned partition, what its start needs
         self._plans: dict[TopicPartition, Plan] = {}
@@ -265,6 +270,9 @@ class BatchStream:
         # lag read on a timer, not per batch: it must keep moving while the loop is stuck
         lagger = asyncio.create_task(lag_reporter(consumer, stop, on_total=self.progress.note_lag),
                                      name=f"{self.service}-lag")
+        main = asyncio.current_task()
+        assert main is not None
+        watchdog = asyncio.create_task(self._watch_progress(stop, main), name=f"{self.service}-watchdog")
         try:
             while not stop.is_set():
                 batch, generation = await self._fetch(consumer)
@@ -298,6 +306,11 @@ class BatchStream:
             if self.hooks.before_final_commit is not None:
                 await self.hooks.before_final_commit()
             await self.commit(clean=True)
+        except asyncio.CancelledError:
+            if self._stalled is None:
+                raise
+            main.uncancel()
+            raise StageStalledError(f"{self.service}: {self._stalled}") from None
         finally:
             stop.set()
             if not committer.done():
@@ -305,8 +318,29 @@ class BatchStream:
                 # delivered again), so a half-written round need not finish
                 committer.cancel()
             lagger.cancel()
-            await asyncio.gather(committer, lagger, return_exceptions=True)
+            watchdog.cancel()
+            await asyncio.gather(committer, lagger, watchdog, return_exceptions=True)
             await consumer.stop()
+
+    async def _watch_progress(self, stop: asyncio.Event, main: asyncio.Task[Any]) -> None:
+        """Stop the stage when input waits and nothing is committed for ``HEALTH_STALL_AFTER_S``.
+
+        /healthz already fails then, but only Kubernetes probes it; a stage that stops itself is
+        restarted wherever it runs (the local supervisor, compose's restart policy), and its
+        uncommitted input is delivered again (e.g. a producer stuck on metadata after a broker restart).
+        """
+        interval = min(5.0, self.progress.stall_after_s / 4)
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+            reason = self.progress.check()
+            if reason is not None and not stop.is_set():
+                log.error("%s stalled: %s; stopping so that it is restarted", self.service, reason)
+                self._stalled = reason
+                main.cancel()
+                return
 
     async def _commit_loop(self, stop: asyncio.Event) -> None:
         """Commit every ``commit_interval_s`` until ``stop``; a failed round stops the batch loop."""
@@ -633,6 +667,7 @@ class BatchStream:
                 await self._recognise(list(assigned))
             except Exception:  # recovery is best effort: without it the stage still consumes correctly
                 log.exception("crash recovery for partitions %s failed; consuming them without it", partitions)
+        self.progress.note_commit()  # a long restore is progress, not a stall
         log.info("partitions %s of %s assigned, state restored", partitions, ", ".join(self.topics))
         self.ready.set()
 
