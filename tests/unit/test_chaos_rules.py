@@ -26,10 +26,20 @@ def test_group_series_sums_topics_per_round() -> None:
 
 
 def test_lag_bound_is_relative_to_the_steady_state_with_a_floor() -> None:
-    series = [GroupPoint(t, 0, lag) for t, lag in ((80.0, 900), (90.0, 300), (95.0, 400), (101.0, 5000))]
-    assert lag_bound(series, 100.0, floor=100.0) == 800.0  # 2 x 400: 80 s is outside the baseline, 101 s after
+    # input grows 1,000/s; lag 300-400 before the fault (80 s is outside the baseline, 101 s after it)
+    series = [GroupPoint(t, int(t) * 1000 - lag, int(t) * 1000)
+              for t, lag in ((80.0, 900), (90.0, 300), (95.0, 400), (101.0, 5000))]
+    assert lag_bound(series, 100.0, floor=100.0) == 800.0  # 2 x 400
     assert lag_bound(series, 100.0, floor=1000.0) == 1000.0
     assert lag_bound([], 100.0, floor=50.0) == 50.0
+
+
+def test_lag_bound_is_capped_when_the_stage_was_already_falling_behind() -> None:
+    # 100 msg/s in, and the lag grew to 20,000 before the fault: no steady state to return to
+    series = [GroupPoint(t, int(t) * 100 - lag, int(t) * 100) for t, lag in ((90.0, 10_000), (99.0, 20_000))]
+    assert lag_bound(series, 100.0, floor=100.0, cap_s=15.0) == 1500.0
+    idle = [GroupPoint(90.0, 5, 5), GroupPoint(99.0, 5, 5)]
+    assert lag_bound(idle, 100.0, floor=100.0) == 100.0
 
 
 def test_recovered_needs_progress_past_the_fault_and_a_small_lag() -> None:
