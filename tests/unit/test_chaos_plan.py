@@ -17,7 +17,7 @@ def parse(*argv: str) -> ChaosArgs:
 
 def test_quick_and_full_defaults() -> None:
     quick, full = parse("--quick"), parse()
-    assert (quick.rate, quick.recovery_bound_s, quick.gap_s, quick.kube) == (500.0, 60.0, 6.0, True)
+    assert (quick.rate, quick.recovery_bound_s, quick.gap_s, quick.kube) == (250.0, 60.0, 6.0, True)
     assert (full.rate, full.recovery_bound_s, full.gap_s) == (2000.0, 90.0, 20.0)
     assert parse("--no-kube", "--rate", "300").kube is False
     assert parse("--env", "A=1").env == {"A": "1"}
@@ -30,7 +30,7 @@ def test_phases_end_with_a_flush_that_closes_a_window() -> None:
     warmup, chaos, flush = chaos_phases(a, faults=11)
     assert (warmup.name, chaos.name, flush.name) == ("warmup", "chaos", "flush")
     assert chaos.seconds >= 11 * (a.recovery_bound_s + a.gap_s)  # open-ended: ended by SIGUSR1
-    assert flush.seconds >= 10 and {p.rate for p in (warmup, chaos, flush)} == {500.0}
+    assert flush.seconds >= 10 and {p.rate for p in (warmup, chaos, flush)} == {250.0}
     assert a.out == Path("/tmp/x")
 
 
