@@ -25,7 +25,7 @@ from loadtests import harness as harness_module
 from loadtests.accounting import FLUSH_PHASE
 from loadtests.chaos_rules import Applied, group_series, lag_bound, recovered_at
 from loadtests.harness import Harness, RunData
-from loadtests.observe import OBSERVED, OutputObserver
+from loadtests.observe import OBSERVED, OutputObserver, watching_consumer
 from loadtests.private_stack import PrivateApiserver, PrivateBroker, StackError
 from loadtests.procs import Pipeline, PipelineError, ServiceProc
 
@@ -147,17 +147,8 @@ class ChaosObserver(OutputObserver):
         self.poll_errors = 0
 
     async def start(self) -> None:
-        from aiokafka import AIOKafkaConsumer
-
-        self._consumer = AIOKafkaConsumer(
-            *[f"{self.prefix}{t}" for t in (*OBSERVED, "clusterstate.v1")],
-            bootstrap_servers=self.bootstrap,
-            group_id=None,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
-        await self._consumer.start()
+        self._consumer = await watching_consumer(
+            self.bootstrap, [f"{self.prefix}{t}" for t in (*OBSERVED, "clusterstate.v1")])
 
     async def run(self, stop: asyncio.Event) -> None:
         assert self._consumer is not None, "start() first"

@@ -100,6 +100,20 @@ def window_id(letter: dict[str, Any]) -> tuple[str, int] | None:
     return _original(letter, "node", "ts_ms")
 
 
+async def watching_consumer(bootstrap: str, topics: list[str]) -> AIOKafkaConsumer:
+    """A started group-less consumer of ``topics`` from the beginning (for observers that only read)."""
+    consumer = AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    await consumer.start()
+    return consumer
+
+
 class OutputObserver:
     def __init__(self, bootstrap: str, prefix: str, *, keep_windows: bool = False) -> None:
         self.bootstrap = bootstrap
@@ -123,15 +137,7 @@ class OutputObserver:
         return topic[len(self.prefix) :] if topic.startswith(self.prefix) else topic
 
     async def start(self) -> None:
-        self._consumer = AIOKafkaConsumer(
-            *[f"{self.prefix}{t}" for t in OBSERVED],
-            bootstrap_servers=self.bootstrap,
-            group_id=None,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
-        await self._consumer.start()
+        self._consumer = await watching_consumer(self.bootstrap, [f"{self.prefix}{t}" for t in OBSERVED])
 
     async def run(self, stop: asyncio.Event) -> None:
         assert self._consumer is not None, "start() first"
