@@ -172,10 +172,7 @@ class TopicReader:
                     await self._step_over_unreadable(consumer, partitions, exc)
                     continue
                 idle_polls = 0 if batch else idle_polls + 1
-                now_ms = int(self.clock() * 1000)
-                for records in batch.values():
-                    for record in records:
-                        self._apply(record, now_ms)
+                self._apply_batch(batch)
                 if batch:
                     await asyncio.sleep(0)  # let the service's web server answer between large batches
                 if targets:
@@ -222,17 +219,20 @@ class TopicReader:
                     continue
                 if not got:
                     break
-                now_ms = int(self.clock() * 1000)
-                for records in got.values():
-                    for record in records:
-                        self._apply(record, now_ms)
+                self._apply_batch(got)
+
+    def _apply_batch(self, batch: dict[TopicPartition, list[ConsumerRecord[Any, Any]]]) -> None:
+        now_ms = int(self.clock() * 1000)
+        for tp, records in batch.items():
+            for record in records:
+                self._apply(record, now_ms)
+            # where to go back to (a record the client cannot unpack) or resume from (a reconnect)
+            self._next[tp] = records[-1].offset + 1
+            if self.resume:
+                self._positions[tp] = records[-1].offset + 1
 
     def _apply(self, record: ConsumerRecord[Any, Any], now_ms: int) -> None:
         self.stats.records += 1
-        tp = TopicPartition(record.topic, record.partition)
-        self._next[tp] = record.offset + 1
-        if self.resume:
-            self._positions[tp] = record.offset + 1
         base = self.base[record.topic]
         try:
             outcome = self.apply(base, record, now_ms)

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from aiokafka import ConsumerRecord
+from aiokafka import ConsumerRecord, TopicPartition
 
 from services.runtime import topic_reader
 from services.runtime.topic_reader import Outcome, TopicReader
@@ -27,8 +27,9 @@ def apply(base: str, rec: ConsumerRecord[Any, Any], now_ms: int) -> Outcome:
 
 def test_outcomes_and_exceptions_are_counted_and_resume_positions_kept() -> None:
     reader = TopicReader(bootstrap="unused:1", topics=["x.v1"], topic_prefix="p-", apply=apply, resume=True)
-    for offset, value in enumerate([b"ok", b"skip", b"raise", b"\x00garbage", None, b"ok"]):
-        reader._apply(record(value, offset), now_ms=1)
+    values = [b"ok", b"skip", b"raise", b"\x00garbage", None, b"ok"]
+    records = [record(value, offset) for offset, value in enumerate(values)]
+    reader._apply_batch({TopicPartition(records[0].topic, records[0].partition): records})
     s = reader.stats
     assert (s.records, s.applied, s.bad, s.restarts) == (6, 2, 3, 0)
     assert list(reader._positions.values()) == [6]
