@@ -19,6 +19,11 @@ WORKLOAD_CLASSES: tuple[str, ...] = ("cpu_bound", "llc_sensitive", "memory_bound
 WorkloadClass = Literal["cpu_bound", "llc_sensitive", "memory_bound", "frontend_bound"]
 RegimeName = Literal["none", "llc", "membw", "core", "mixed"]
 REGIMES: tuple[str, ...] = ("none", "llc", "membw", "core", "mixed")
+RegimeAnswer = Literal["none", "llc", "membw", "core", "mixed", "unknown"]
+"""A regime, or ``unknown`` when the model abstains (regimes.v2)."""
+UNKNOWN_REGIME = "unknown"
+AbstainReason = Literal["counters_missing", "counters_multiplexed", "out_of_distribution", "low_confidence"]
+ABSTAIN_REASONS: tuple[str, ...] = ("counters_missing", "counters_multiplexed", "out_of_distribution", "low_confidence")
 
 CounterStatus = Literal["counted", "multiplexed", "not_counted", "not_supported"]
 
@@ -164,6 +169,41 @@ class RegimeLabel(Contract):
     input_ts_ms: TimestampMs
 
 
+class RegimeLabelV2(Contract):
+    """regimes.v2: a node's contention regime, or ``unknown`` with the reasons the model abstained.
+
+    Replaces regimes.v1, whose consumers cannot parse a label that is not a regime. When
+    ``regime`` is ``unknown`` the node must be treated as neutral (never tainted, evicted or
+    penalised for it), ``abstain`` names why, and ``interference`` is empty.
+    """
+
+    node: Name
+    ts_ms: TimestampMs
+    regime: RegimeAnswer
+    confidence: Probability = Field(description="Model probability of the reported regime (0 when unknown)")
+    raw_regime: RegimeAnswer = Field(description="Model answer for this window before hysteresis")
+    changed: bool = Field(description="True when the reported regime changed with this message")
+    interference: dict[str, Annotated[float, Field(ge=1.0, le=100.0)]] = Field(
+        description="Predicted slowdown factor per workload class (worst case over co-runners); empty when unknown"
+    )
+    abstain: Annotated[list[AbstainReason], Field(max_length=4)] = Field(
+        default_factory=list, description="Why the model abstained; empty exactly when a regime is reported"
+    )
+    ood_score: NonNegFloat | None = Field(
+        default=None, description="Distance of the window from the training windows (1.0 = the abstention threshold)"
+    )
+    model_version: Name
+    input_ts_ms: TimestampMs
+
+    @model_validator(mode="after")
+    def _abstains_exactly_when_unknown(self) -> RegimeLabelV2:
+        if (self.regime == UNKNOWN_REGIME) != bool(self.abstain):
+            raise ValueError("abstain must list reasons exactly when regime is 'unknown'")
+        if self.regime == UNKNOWN_REGIME and self.interference:
+            raise ValueError("an 'unknown' regime carries no interference prediction")
+        return self
+
+
 class AnomalyScore(Contract):
     node: Name
     ts_ms: TimestampMs
@@ -188,6 +228,35 @@ class FailureRisk(Contract):
     tasks: NonNegInt = Field(default=1, description="Tasks aggregated (node risk)")
     model_version: Name
     input_ts_ms: TimestampMs
+
+
+class FailureRiskV2(Contract):
+    """risk.v2: FailureRisk plus whether its inputs lay inside the model's training range.
+
+    Replaces risk.v1. A probability computed from inputs outside the range the model was
+    trained on (``out_of_range`` names them) is reported, but no agent acts on it alone.
+    """
+
+    target_kind: Literal["task", "node"]
+    target: Name
+    node: Name | None = None
+    ts_ms: TimestampMs
+    horizons: Annotated[list[HorizonRisk], Field(min_length=1)]
+    tasks: NonNegInt = Field(default=1, description="Tasks aggregated (node risk)")
+    out_of_range: Annotated[list[Name], Field(max_length=64)] = Field(
+        default_factory=list,
+        description="Inputs outside the training range (task risk), empty when every input was in range",
+    )
+    tasks_out_of_range: NonNegInt = Field(
+        default=0, description="Aggregated tasks whose inputs were out of range (node risk)"
+    )
+    model_version: Name
+    input_ts_ms: TimestampMs
+
+    @property
+    def in_range(self) -> bool:
+        """True when the probability may be acted on: every input (every aggregated task's) in range."""
+        return not self.out_of_range and self.tasks_out_of_range == 0
 
 
 class TargetRef(Contract):

@@ -13,10 +13,12 @@ from contracts.models import (
     DeadLetterV2,
     Decision,
     FailureRisk,
+    FailureRiskV2,
     FeatureVector,
     NodeState,
     Proposal,
     RegimeLabel,
+    RegimeLabelV2,
     TaskEvent,
 )
 
@@ -58,8 +60,10 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(name="clusterstate.v1", key="cluster/namespace", model=ClusterState, partitions=1, compacted=True),
     TopicSpec(name="features.v1", key="node", model=FeatureVector, partitions=6, extra_config=_LARGE_SEGMENTS),
     TopicSpec(name="regimes.v1", key="node", model=RegimeLabel, partitions=6, compacted=True),
+    TopicSpec(name="regimes.v2", key="node", model=RegimeLabelV2, partitions=6, compacted=True),
     TopicSpec(name="anomalies.v1", key="node", model=AnomalyScore, partitions=6, compacted=True),
     TopicSpec(name="risk.v1", key="task or node", model=FailureRisk, partitions=6, compacted=True),
+    TopicSpec(name="risk.v2", key="task or node", model=FailureRiskV2, partitions=6, compacted=True),
     TopicSpec(name="proposals.v1", key="target", model=Proposal, partitions=3),
     TopicSpec(name="decisions.v1", key="target", model=Decision, partitions=3),
     TopicSpec(name="actions.v1", key="target", model=ActionResult, partitions=3),
@@ -74,6 +78,10 @@ TOPICS: tuple[TopicSpec, ...] = (
 _BY_NAME = {spec.name: spec for spec in TOPICS}
 DEADLETTER_TOPIC = "deadletter.v2"
 """Where every service writes dead letters; deadletter.v1 (unbounded copies) is read-only, kept for old letters."""
+REGIMES_TOPIC = "regimes.v2"
+"""Where the regime stage writes; regimes.v1 (no ``unknown``) is read-only, kept for old labels."""
+RISK_TOPIC = "risk.v2"
+"""Where the risk stage writes; risk.v1 (no input-range flag) is read-only, kept for old records."""
 
 
 def topic_spec(name: str) -> TopicSpec:
