@@ -22,8 +22,11 @@ REGIMES: tuple[str, ...] = ("none", "llc", "membw", "core", "mixed")
 RegimeAnswer = Literal["none", "llc", "membw", "core", "mixed", "unknown"]
 """A regime, or ``unknown`` when the model abstains (regimes.v2)."""
 UNKNOWN_REGIME = "unknown"
-AbstainReason = Literal["counters_missing", "counters_multiplexed", "out_of_distribution", "low_confidence"]
-ABSTAIN_REASONS: tuple[str, ...] = ("counters_missing", "counters_multiplexed", "out_of_distribution", "low_confidence")
+AbstainReason = Literal["counters_missing", "out_of_distribution", "low_confidence"]
+"""Why a model abstained. ``counters_missing``: counters the model needs are missing, unsupported or
+multiplexed too thinly to trust (the features stage marks those invalid); ``out_of_distribution``: the
+window is unlike the training windows; ``low_confidence``: no regime is likely enough."""
+ABSTAIN_REASONS: tuple[str, ...] = ("counters_missing", "out_of_distribution", "low_confidence")
 
 CounterStatus = Literal["counted", "multiplexed", "not_counted", "not_supported"]
 
@@ -186,7 +189,7 @@ class RegimeLabelV2(Contract):
     interference: dict[str, Annotated[float, Field(ge=1.0, le=100.0)]] = Field(
         description="Predicted slowdown factor per workload class (worst case over co-runners); empty when unknown"
     )
-    abstain: Annotated[list[AbstainReason], Field(max_length=4)] = Field(
+    abstain: Annotated[list[AbstainReason], Field(max_length=3)] = Field(
         default_factory=list, description="Why the model abstained; empty exactly when a regime is reported"
     )
     ood_score: NonNegFloat | None = Field(
