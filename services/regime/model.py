@@ -11,6 +11,7 @@ import onnxruntime as ort
 
 from contracts.models import REGIMES, WORKLOAD_CLASSES
 from featurelib.node_features import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
+from services.regime import abstention
 from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card, verify_sha256
 
 MAX_SLOWDOWN = 100.0
@@ -25,6 +26,8 @@ class RegimeModel:
     interference: tuple[ort.InferenceSession, ...]
     regimes: tuple[str, ...]
     input_name: str
+    required: tuple[int, ...] = tuple(FEATURE_INDEX[n] for n in abstention.DEFAULT_REQUIRED_FEATURES)
+    """Columns (of the full feature row) without which the model abstains (``counters_missing``)."""
 
     def __call__(self, x_full: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probabilities (n, regimes), slowdown (n, classes)) for float32 rows of N_FEATURES (NaN = invalid)."""
@@ -38,6 +41,12 @@ class RegimeModel:
         # the regressors were trained on the worst co-runner's slowdown (max, never a sum)
         slowdown = np.clip(np.exp(logs), 1.0, MAX_SLOWDOWN)
         return probs, slowdown
+
+    def judge(self, x_full: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: (abstention bitmask, uint8, ``abstention`` bits; out-of-distribution score, float64,
+        1.0 = the abstention threshold, NaN when not computed). 0 in the mask: the model answers."""
+        mask = np.where(abstention.counters_missing(x_full, self.required), abstention.COUNTERS_MISSING, 0)
+        return mask.astype(np.uint8), np.full(x_full.shape[0], np.nan)
 
 
 def load_regime_model(version_dir: Path) -> RegimeModel:
