@@ -36,9 +36,9 @@ SERVICES: tuple[ServiceEntry, ...] = (
         description="Kubernetes → taskevents.v1, clusterstate.v1",
     ),
     ServiceEntry(name="features", module="services.features.main", description="nodestate.v1 → features.v1 (windows)"),
-    ServiceEntry(name="regime", module="services.regime.main", description="features.v1 → regimes.v1 (ONNX)"),
+    ServiceEntry(name="regime", module="services.regime.main", description="features.v1 → regimes.v2 (ONNX)"),
     ServiceEntry(name="anomaly", module="services.anomaly.main", description="features.v1 → anomalies.v1 (ONNX)"),
-    ServiceEntry(name="risk", module="services.risk.main", description="taskevents.v1 + features.v1 → risk.v1 (ONNX)"),
+    ServiceEntry(name="risk", module="services.risk.main", description="taskevents.v1 + features.v1 → risk.v2 (ONNX)"),
     ServiceEntry(
         name="agent-reliability", module="services.agents.reliability", description="A: replicate / scale out"
     ),

@@ -6,12 +6,12 @@ models; a load generator process playing N simulated nodes at 1 Hz (each node's 
 at its own phase within the second, NodeState ``ts_ms`` = wall time) plus task events.
 
 Per step (offered load = N NodeState/s) the bench consumes ``features.v1`` and
-``regimes.v1`` and reports, over the step after a warm-up:
+``regimes.v2`` and reports, over the step after a warm-up:
 
 * ``throughput``: NodeState/s that reached a closed window (sum of ``FeatureVector.samples``
   per second) — every sample lands in exactly one window;
 * ``latency_p50`` / ``latency_p99``: regime output received by the bench minus the produce
-  time of the NodeState that closed the window (``RegimeLabel.input_ts_ms``, the Kafka
+  time of the NodeState that closed the window (``RegimeLabelV2.input_ts_ms``, the Kafka
   record timestamp) — one measurement per window (a window closes every 10 s per node);
 * ``features_latency_p50`` / ``_p99``: the same for the features hop alone;
 * ``anomaly_latency_p50`` / ``_p99`` and ``risk_latency_…``: the same for anomaly scores and
@@ -59,6 +59,7 @@ import orjson
 import psutil
 
 from borgctl.errors import UserError
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from loadtests.procs import delete_topics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +73,7 @@ FEATURES_WORKERS = 2
 """features processes in one consumer group, as ``deploy/base/features`` runs it (2 replicas)."""
 PROGRESS_EVERY_S = 15.0
 """How often a step in progress reports to stderr."""
-SIDE_OUTPUTS = {"anomalies.v1": "anomaly", "risk.v1": "risk"}
+SIDE_OUTPUTS = {"anomalies.v1": "anomaly", RISK_TOPIC: "risk"}
 """Outputs off the regime path whose latency is reported beside it (their services run at a higher niceness)."""
 
 
@@ -177,7 +178,7 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
                    seed: int) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(*(prefix + t for t in ("features.v1", "regimes.v1", *SIDE_OUTPUTS)),
+    consumer = AIOKafkaConsumer(*(prefix + t for t in ("features.v1", REGIMES_TOPIC, *SIDE_OUTPUTS)),
                                 bootstrap_servers=bootstrap,
                                 group_id=None, auto_offset_reset="latest", enable_auto_commit=False,
                                 max_poll_records=5000)
@@ -430,7 +431,7 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
                    "value": round(r[f"{name}_{q}"], 1), "unit": "ms"}
                   for name in SIDE_OUTPUTS.values() for q in ("p50", "p99") if not math.isnan(r[f"{name}_{q}"])),
                 {"bench": "pipeline", "case": case, "offered": nodes, "metric": "regimes_per_s",
-                 "value": round(r["regimes_per_s"], 1), "unit": "RegimeLabel/s"},
+                 "value": round(r["regimes_per_s"], 1), "unit": "RegimeLabelV2/s"},
                 {"bench": "pipeline", "case": case, "offered": nodes, "metric": "sustained",
                  "value": 1.0 if r["sustained"] else 0.0, "unit": "bool"},
             ]

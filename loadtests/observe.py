@@ -30,15 +30,17 @@ import psutil
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+
 log = logging.getLogger(__name__)
 
-STREAM_OUTPUTS = ("features.v1", "regimes.v1", "anomalies.v1", "risk.v1")
+STREAM_OUTPUTS = ("features.v1", REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC)
 """Outputs of the stream processors (latency = output produce time − input_ts_ms)."""
-TERMINAL_OUTPUTS = ("regimes.v1", "anomalies.v1", "risk.v1")
+TERMINAL_OUTPUTS = (REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC)
 DECISION_OUTPUTS = ("proposals.v1", "decisions.v1")
-PER_WINDOW_OUTPUTS = {"regimes.v1": "regime", "anomalies.v1": "anomaly"}
+PER_WINDOW_OUTPUTS = {REGIMES_TOPIC: "regime", "anomalies.v1": "anomaly"}
 """Outputs with one message per FeatureVector, keyed (node, window end), and the service producing them.
-(risk.v1 is not: risk scores tasks on task events and re-scores, joining the node's latest features.)"""
+(risk.v2 is not: risk scores tasks on task events and re-scores, joining the node's latest features.)"""
 OBSERVED = (*STREAM_OUTPUTS, *DECISION_OUTPUTS, "actions.v1", "deadletter.v2")
 
 

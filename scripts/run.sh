@@ -25,6 +25,10 @@ export KUBECONFIG
 export OTEL_EXPORTER_OTLP_ENDPOINT="${OTEL_EXPORTER_OTLP_ENDPOINT:-http://127.0.0.1:4317}"
 export REFEREE_MODE="${REFEREE_MODE:-apply}"
 export NODE_AGENT_SOURCE="${NODE_AGENT_SOURCE:-live}"
+# the failure model's unit mapping divides pod requests by the largest node's allocatable
+# (featurelib/borg_units.py); loadtests/seed_cluster.py gives every node 16 CPUs and 64 GiB
+export RISK_LARGEST_NODE_CPU="${RISK_LARGEST_NODE_CPU:-16}"
+export RISK_LARGEST_NODE_MEMORY_GIB="${RISK_LARGEST_NODE_MEMORY_GIB:-64}"
 
 echo "== seeding the local cluster with $nodes simulated nodes"
 .venv/bin/python -m loadtests.seed_cluster --nodes "$nodes" --ready

@@ -30,16 +30,16 @@ from contracts.models import (
     Counter,
     DeploymentState,
     Evidence,
-    FailureRisk,
+    FailureRiskV2,
     FeatureVector,
     HorizonRisk,
     NodeState,
     Proposal,
-    RegimeLabel,
+    RegimeLabelV2,
     TargetRef,
     TaskEvent,
 )
-from contracts.topics import topic_spec
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC, topic_spec
 from featurelib.node_features import N_FEATURES, node_feature_schema_hash
 
 __all__ = [
@@ -112,10 +112,10 @@ def _cluster_state() -> ClusterState:
                         deployments=[deployment])
 
 
-def _regime_label() -> RegimeLabel:
-    return RegimeLabel(node="corpus-node", ts_ms=CORPUS_TS_MS, regime="none", confidence=0.8, raw_regime="none",
-                       changed=False, interference={"cpu_bound": 1.0}, model_version="corpus",
-                       input_ts_ms=CORPUS_TS_MS - 5)
+def _regime_label() -> RegimeLabelV2:
+    return RegimeLabelV2(node="corpus-node", ts_ms=CORPUS_TS_MS, regime="none", confidence=0.8, raw_regime="none",
+                         changed=False, interference={"cpu_bound": 1.0}, model_version="corpus",
+                         input_ts_ms=CORPUS_TS_MS - 5)
 
 
 def _anomaly_score() -> AnomalyScore:
@@ -123,14 +123,14 @@ def _anomaly_score() -> AnomalyScore:
                         model_version="corpus", input_ts_ms=CORPUS_TS_MS - 5)
 
 
-def _failure_risk() -> FailureRisk:
-    return FailureRisk(target_kind="node", target="corpus-node", node="corpus-node", ts_ms=CORPUS_TS_MS,
-                       horizons=[HorizonRisk(horizon_s=600, probability=0.05)], tasks=1, model_version="corpus",
-                       input_ts_ms=CORPUS_TS_MS - 5)
+def _failure_risk() -> FailureRiskV2:
+    return FailureRiskV2(target_kind="node", target="corpus-node", node="corpus-node", ts_ms=CORPUS_TS_MS,
+                         horizons=[HorizonRisk(horizon_s=600, probability=0.05)], tasks=1, model_version="corpus",
+                         input_ts_ms=CORPUS_TS_MS - 5)
 
 
 def _proposal() -> Proposal:
-    evidence = Evidence(topic="risk.v1", key="node:corpus-node", field="probability", value=0.05,
+    evidence = Evidence(topic=RISK_TOPIC, key="node:corpus-node", field="probability", value=0.05,
                         ts_ms=CORPUS_TS_MS)
     return Proposal(proposal_id="corpus-proposal", agent="reliability", kind="scale_out",
                     target=TargetRef(kind="Deployment", name="web", namespace="corpus"), payload={"replicas": 3},
@@ -142,9 +142,9 @@ SHAPES: Final[dict[str, Shape]] = {
     "features.v1": Shape(FeatureVector, "node", "samples", ("values", 0), _feature_vector),
     "taskevents.v1": Shape(TaskEvent, "task_id", "task_index", ("cpu_request",), _task_event),
     "clusterstate.v1": Shape(ClusterState, "cluster", "pending_pods", ("oldest_pending_s",), _cluster_state),
-    "regimes.v1": Shape(RegimeLabel, "node", "ts_ms", ("confidence",), _regime_label),
+    REGIMES_TOPIC: Shape(RegimeLabelV2, "node", "ts_ms", ("confidence",), _regime_label),
     "anomalies.v1": Shape(AnomalyScore, "node", "ts_ms", ("score",), _anomaly_score),
-    "risk.v1": Shape(FailureRisk, "target", "tasks", ("horizons", 0, "probability"), _failure_risk),
+    RISK_TOPIC: Shape(FailureRiskV2, "target", "tasks", ("horizons", 0, "probability"), _failure_risk),
     "proposals.v1": Shape(Proposal, "proposal_id", "ts_ms", ("score",), _proposal),
 }
 

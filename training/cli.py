@@ -1,9 +1,9 @@
 """Command-line entry points (wired into ``borgctl`` by the lead).
 
-``train_failure(argv)`` and ``eval_failure(argv)`` return an exit code: 0 ok,
+``train_failure(argv)``, ``eval_failure(argv)`` and ``eval_failure_rolling(argv)`` return an exit code: 0 ok,
 2 for a user mistake (one line on stderr, no traceback), 1 when the run itself
 fails (e.g. the ONNX parity check). Also ``python -m training.cli
-{train-failure,eval-failure} ...``.
+{train-failure,eval-failure,eval-failure-rolling} ...``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,48 @@ def _train_parser(prog: str) -> _Parser:
     p.add_argument("--train-fraction", type=float, default=0.7, help="time fraction used for training")
     p.add_argument("--version", default=None, help="version name (default: UTC time + data fingerprint)")
     p.add_argument("--no-set-current", action="store_true", help="do not point CURRENT at the new version")
+    p.add_argument("--rolling-report", type=Path, default=None,
+                   help="a `borgctl eval failure-rolling` report whose figures go into the model card")
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def _gaps(text: str) -> tuple[int, ...]:
+    try:
+        hours = sorted({float(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"gaps must be hours, e.g. 0,2,4 (got {text!r})") from None
+    if not hours or hours[0] < 0:
+        raise argparse.ArgumentTypeError(f"gaps must be hours >= 0 (got {text!r})")
+    return tuple(int(h * 3_600_000_000) for h in hours)
+
+
+def _origins(text: str) -> tuple[float, ...]:
+    try:
+        values = sorted({float(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"origins must be fractions, e.g. 0.4,0.55,0.7 (got {text!r})") from None
+    if not values or values[0] <= 0 or values[-1] >= 1:
+        raise argparse.ArgumentTypeError(f"origins must be fractions in (0, 1) (got {text!r})")
+    return tuple(values)
+
+
+def _rolling_parser(prog: str) -> _Parser:
+    default = settings.google2011_dir()
+    p = _Parser(prog=prog, description="Rolling-origin evaluation of the failure-model training recipe: retrain "
+                "on earlier hours, test on later ones (cold history, as later part files), per gap and horizon.")
+    p.add_argument("--task-events", type=Path, default=default / "task_events",
+                   help="directory of task_events part files (default: $BORG_DATA_DIR/google2011/task_events)")
+    p.add_argument("--out", type=Path, required=True, help="report JSON (bench format + per-fold figures)")
+    p.add_argument("--horizons", type=_horizons, default=_horizons("300,900,3600"), help="seconds, e.g. 300,900,3600")
+    p.add_argument("--failure-events", type=_failure_events, default=_failure_events("FAIL"),
+                   help="terminal events counted as failure: FAIL[,EVICT,KILL,LOST]")
+    p.add_argument("--origins", type=_origins, default=_origins("0.4,0.55,0.7"),
+                   help="fold origins as fractions of the prediction-point time range")
+    p.add_argument("--gaps", type=_gaps, default=_gaps("0,2,4"),
+                   help="hours between the origin (every training label settled) and the test window")
+    p.add_argument("--test-span", type=float, default=2.0, help="hours per test window")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -85,6 +127,8 @@ def _run(prog: str, action: str, argv: Sequence[str] | None) -> int:
     try:
         if action == "train":
             return _train(prog, args_list)
+        if action == "rolling":
+            return _rolling(prog, args_list)
         return _eval(prog, args_list)
     except UserFacingError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -108,7 +152,7 @@ def _train(prog: str, argv: list[str]) -> int:
     progress = Progress(enabled=not args.quiet)
     cfg = TrainConfig(task_events=args.task_events, job_events=args.job_events, out=args.out,
                       horizons_us=args.horizons, failure_types=args.failure_events, seed=args.seed,
-                      train_fraction=args.train_fraction, version=args.version,
+                      train_fraction=args.train_fraction, version=args.version, rolling_report=args.rolling_report,
                       command=" ".join([prog, *map(shlex.quote, argv)]), set_current=not args.no_set_current)
     out = train_failure_models(cfg, progress)
     progress(f"done: {out}")
@@ -128,6 +172,42 @@ def _eval(prog: str, argv: list[str]) -> int:
     return 0
 
 
+def _rolling(prog: str, argv: list[str]) -> int:
+    from training import ingest
+    from training.errors import DataError
+    from training.recipe import Recipe
+    from training.rolling import RollingConfig, rolling_evaluation, write_report
+
+    args = _rolling_parser(prog).parse_args(argv)
+    if args.test_span <= 0:
+        raise UsageError("--test-span must be positive hours")
+    progress = Progress(enabled=not args.quiet)
+    events = ingest.load_task_events(args.task_events, progress)
+    if events.height == 0:
+        raise DataError(f"{args.task_events}: no task events")
+    cfg = RollingConfig(horizons_us=args.horizons, failure_types=args.failure_events, origins=args.origins,
+                        gaps_us=args.gaps, test_span_us=int(args.test_span * 3_600_000_000), seed=args.seed)
+    report = rolling_evaluation(events, Recipe(), cfg, progress)
+    write_report(args.out, report, _machine(), " ".join([prog, *map(shlex.quote, argv)]))
+    progress(f"wrote {args.out}")
+    for key, gaps in report["summary"].items():
+        print(f"horizon {key}: " + "; ".join(
+            f"gap {gap}: AUCPR {_f(s['model_aucpr'])} vs best baseline {_f(s['best_baseline_aucpr'])} "
+            f"(ratio mean {_f(s['ratio_mean'])}, min {_f(s['ratio_min'])}, {s['folds']} folds)"
+            for gap, s in gaps.items()))
+    return 0
+
+
+def _machine() -> dict[str, object]:
+    from loadtests.bench_format import machine
+
+    return machine()
+
+
+def _f(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
 def train_failure(argv: Sequence[str] | None = None) -> int:
     """``borgctl train failure [--task-events DIR] [--job-events DIR] [--out MODELDIR] ...``"""
     return _run("borgctl train failure", "train", argv)
@@ -136,6 +216,11 @@ def train_failure(argv: Sequence[str] | None = None) -> int:
 def eval_failure(argv: Sequence[str] | None = None) -> int:
     """``borgctl eval failure --task-events DIR [--job-events DIR] [--model M] --out FILE``"""
     return _run("borgctl eval failure", "eval", argv)
+
+
+def eval_failure_rolling(argv: Sequence[str] | None = None) -> int:
+    """``borgctl eval failure-rolling [--task-events DIR] --out FILE [--origins F,..] [--gaps H,..] ...``"""
+    return _run("borgctl eval failure-rolling", "rolling", argv)
 
 
 def train_regime(argv: Sequence[str] | None = None) -> int:
@@ -154,7 +239,8 @@ def train_anomaly(argv: Sequence[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train-failure": train_failure, "eval-failure": eval_failure}
+    commands = {"train-failure": train_failure, "eval-failure": eval_failure,
+                "eval-failure-rolling": eval_failure_rolling}
     if not args or args[0] not in commands:
         print(f"usage: python -m training.cli {{{','.join(commands)}}} [options]", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from typing import Any, Final
 import numpy as np
 
 from featurelib.task_features import task_feature_schema_hash
+from training.calibration import Calibration
 from training.dataset import build_dataset
 from training.errors import DataError, ModelDirError
 from training.export_onnx import onnx_probability, session
@@ -71,6 +72,9 @@ def evaluate_failure(task_events: Path, job_events: Path | None, model: Path, ou
         y = ds.labels(h)[in_window]
         known = ~np.isnan(y)
         prob = onnx_probability(session(model_dir / horizon_file(h)), x[known])
+        table = card.get("calibration", {}).get("horizons", {}).get(key)
+        if table is not None:  # what the risk service publishes
+            prob = Calibration.from_card(table).apply(prob)
         metrics[key], curves[key] = evaluate_horizon(y[known], prob, x[known], baselines["horizons"][key],
                                                      failure_types)
         m = metrics[key]

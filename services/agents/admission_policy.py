@@ -13,6 +13,14 @@ Nodes
 Pods
 - ``evict`` a running Pod whose failure risk reaches ``evict_risk`` while its node is
   contended at NoSchedule level (it is better restarted elsewhere).
+Neutral on what the models cannot know (regimes.v2 / risk.v2)
+- A node whose latest fresh regime is ``unknown`` is never tainted, cordoned or its pods
+  evicted because of a model: no regime taint (unknown is not contention), and its anomaly
+  score is not acted on either (the anomaly model scores the same window the regime model
+  could not judge: counters missing or out of distribution). An in-range risk still cordons it.
+- An out-of-range risk (``FailureRiskV2.in_range`` false) is ignored as if absent: it never
+  cordons or evicts, and is not cited.
+Deprioritize / throttle / hold admission come from queue health only: no regime, no risk.
 Namespaces and Deployments (queue health from clusterstate.v1)
 - ``hold_admission`` on a Namespace whose queue is ``critical``.
 - ``deprioritize`` a Deployment with pending tasks below ``low_priority`` in a
@@ -27,6 +35,8 @@ from typing import Final
 from services.agents.proposals import (
     Candidate,
     Cited,
+    abstained,
+    answered,
     deployment_ref,
     fresh,
     namespace_ref,
@@ -34,6 +44,7 @@ from services.agents.proposals import (
     pod_ref,
     propose,
     risk_probability,
+    usable_risk,
 )
 from services.agents.settings import AdmissionSettings
 from services.agents.view import ClusterView, DeploymentKey, Scope, TaskInfo
@@ -57,8 +68,8 @@ def evaluate(view: ClusterView, s: AdmissionSettings, scope: Scope, now_ms: int)
 
 def contention(view: ClusterView, s: AdmissionSettings, node: str, now_ms: int) -> tuple[float, list[Cited]] | None:
     """(worst predicted slowdown, evidence) of a confidently contended node, else None."""
-    regime = view.regimes.get(node)
-    if regime is None or not fresh(regime, now_ms, s.max_input_age_s):
+    regime = answered(view.regimes.get(node), now_ms, s.max_input_age_s)
+    if regime is None:  # missing, stale or unknown: no evidence of contention
         return None
     label = regime.value
     worst = max(label.interference.values(), default=1.0)
@@ -74,10 +85,11 @@ def contention(view: ClusterView, s: AdmissionSettings, node: str, now_ms: int) 
 def _node(view: ClusterView, s: AdmissionSettings, node: str, now_ms: int) -> list[Candidate]:
     out: list[Candidate] = []
     target = node_ref(node)
-    anomaly = view.anomalies.get(node)
+    unknown = abstained(view.regimes.get(node), now_ms, s.max_input_age_s)
+    anomaly = None if unknown else view.anomalies.get(node)
     anomalous = anomaly is not None and fresh(anomaly, now_ms, s.max_input_age_s) and anomaly.value.is_anomaly
-    risk = view.node_risk.get(node)
-    p = risk_probability(risk.value, None) if risk is not None and fresh(risk, now_ms, s.max_input_age_s) else 0.0
+    risk = usable_risk(view.node_risk.get(node), now_ms, s.max_input_age_s)
+    p = risk_probability(risk.value, None) if risk is not None else 0.0
 
     cordon_cited: list[Cited] = []
     cordon_score = 0.0
@@ -131,8 +143,8 @@ def _node(view: ClusterView, s: AdmissionSettings, node: str, now_ms: int) -> li
 def _evict(view: ClusterView, s: AdmissionSettings, task: TaskInfo, now_ms: int) -> list[Candidate]:
     if not task.running or task.machine is None or task.namespace is None:
         return []
-    risk = view.task_risk.get(task.task_id)
-    if risk is None or not fresh(risk, now_ms, s.max_input_age_s):
+    risk = usable_risk(view.task_risk.get(task.task_id), now_ms, s.max_input_age_s)
+    if risk is None:
         return []
     p = risk_probability(risk.value, None)
     contended = contention(view, s, task.machine, now_ms)

@@ -5,6 +5,10 @@ regime predicts no slowdown above ``calm_interference`` for any workload class (
 the regime is ``none``), it is not anomalous and its failure risk is below
 ``calm_risk``; it is *idle* when its CPU and memory utilisation are below
 ``low_cpu_util`` / ``low_mem_util``. Missing inputs never count as calm or idle.
+A regime ``unknown`` (regimes.v2: the model abstained) is no information, exactly as a
+missing regime: the node is not calm, so nothing is consolidated away from it, scaled in
+or ballooned because of it (and it never blocks another node's calm). An out-of-range
+risk (risk.v2) is ignored as if absent: it neither blocks calm nor is cited.
 
 - ``scale_in`` a Deployment by one replica when its queue is healthy with nothing
   pending, it is fully ready, it has more than ``min_replicas``, and every node
@@ -24,12 +28,14 @@ from typing import Final
 from services.agents.proposals import (
     Candidate,
     Cited,
+    answered,
     deployment_ref,
     fresh,
     node_ref,
     pod_ref,
     propose,
     risk_probability,
+    usable_risk,
 )
 from services.agents.settings import EfficiencySettings
 from services.agents.view import ClusterView, DeploymentKey, Scope, TaskInfo
@@ -52,8 +58,8 @@ def evaluate(view: ClusterView, s: EfficiencySettings, scope: Scope, now_ms: int
 
 def calm(view: ClusterView, s: EfficiencySettings, node: str, now_ms: int) -> list[Cited] | None:
     """Evidence that a node is calm, or None when it is not (or unknown)."""
-    regime = view.regimes.get(node)
-    if regime is None or not fresh(regime, now_ms, s.max_input_age_s):
+    regime = answered(view.regimes.get(node), now_ms, s.max_input_age_s)
+    if regime is None:  # missing, stale or unknown: calm is never assumed
         return None
     worst = max(regime.value.interference.values(), default=1.0)
     if regime.value.regime != "none" and worst > s.calm_interference:
@@ -64,8 +70,8 @@ def calm(view: ClusterView, s: EfficiencySettings, node: str, now_ms: int) -> li
         if anomaly.value.is_anomaly:
             return None
         cited.append((anomaly, "score", anomaly.value.score))
-    risk = view.node_risk.get(node)
-    if risk is not None and fresh(risk, now_ms, s.max_input_age_s):
+    risk = usable_risk(view.node_risk.get(node), now_ms, s.max_input_age_s)
+    if risk is not None:
         p = risk_probability(risk.value, None)
         if p >= s.calm_risk:
             return None

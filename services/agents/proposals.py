@@ -9,7 +9,17 @@ from dataclasses import dataclass
 import orjson
 
 from contracts.base import Contract
-from contracts.models import AgentName, Evidence, FailureRisk, JsonScalar, Proposal, ProposalKind, TargetRef
+from contracts.models import (
+    UNKNOWN_REGIME,
+    AgentName,
+    Evidence,
+    FailureRiskV2,
+    JsonScalar,
+    Proposal,
+    ProposalKind,
+    RegimeLabelV2,
+    TargetRef,
+)
 from services.agents.view import Seen
 
 Cited = tuple[Seen[Contract], str, JsonScalar]  # (input, field, value it had)
@@ -30,7 +40,33 @@ def fresh(seen: Seen[Contract] | None, now_ms: int, max_age_s: float) -> bool:
     return max_age_s <= 0 or now_ms - seen.ts_ms <= max_age_s * 1000
 
 
-def risk_probability(risk: FailureRisk, horizon_s: int | None) -> float:
+def answered(seen: Seen[RegimeLabelV2] | None, now_ms: int, max_age_s: float) -> Seen[RegimeLabelV2] | None:
+    """The node's regime label when it is fresh and names a regime; None when missing, stale or ``unknown``.
+
+    ``unknown`` is no information (the model abstained): a policy treats it exactly as a missing label.
+    """
+    if seen is None or not fresh(seen, now_ms, max_age_s) or seen.value.regime == UNKNOWN_REGIME:
+        return None
+    return seen
+
+
+def abstained(seen: Seen[RegimeLabelV2] | None, now_ms: int, max_age_s: float) -> bool:
+    """The node's latest fresh label is ``unknown``: the model cannot judge its current window."""
+    return seen is not None and fresh(seen, now_ms, max_age_s) and seen.value.regime == UNKNOWN_REGIME
+
+
+def usable_risk(seen: Seen[FailureRiskV2] | None, now_ms: int, max_age_s: float) -> Seen[FailureRiskV2] | None:
+    """The risk when it may be acted on: fresh and computed from inputs inside the model's training range.
+
+    An out-of-range risk is ignored, exactly as a missing one: it never triggers an action, never
+    blocks one, and is never cited as evidence.
+    """
+    if seen is None or not fresh(seen, now_ms, max_age_s) or not seen.value.in_range:
+        return None
+    return seen
+
+
+def risk_probability(risk: FailureRiskV2, horizon_s: int | None) -> float:
     """Failure probability at one horizon, or the worst over all horizons."""
     if horizon_s is not None:
         for h in risk.horizons:

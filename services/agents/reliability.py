@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+from contracts.topics import RISK_TOPIC
 from services.agents import reliability_policy
 from services.agents.settings import ReliabilitySettings
 from services.agents.wiring import Agent, run_agent
 from services.runtime.health import HealthServer
 from services.runtime.service import run_service
 
-INPUT_TOPICS = ("risk.v1", "clusterstate.v1", "taskevents.v1")
+INPUT_TOPICS = (RISK_TOPIC, "clusterstate.v1", "taskevents.v1")
 
 
 async def body(settings: ReliabilitySettings, stop: asyncio.Event, health: HealthServer) -> None:

@@ -10,7 +10,9 @@ Pure: (view, settings, scope, now) → candidates.
   (replicas are not coming up: SLA pressure). Adds the missing replicas (at most
   ``max_step``); score = 1 - ready/desired.
 
-Deployments scaled to zero are left alone (scaled down on purpose).
+Deployments scaled to zero are left alone (scaled down on purpose). An out-of-range risk
+(risk.v2, ``in_range`` false) is ignored as if absent: an out-of-range task risk falls back to
+the node's risk, which counts only when it is in range itself.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import Final
 
 from contracts.base import Contract
-from services.agents.proposals import Candidate, Cited, deployment_ref, fresh, propose, risk_probability
+from services.agents.proposals import Candidate, Cited, deployment_ref, fresh, propose, risk_probability, usable_risk
 from services.agents.settings import ReliabilitySettings
 from services.agents.view import ClusterView, DeploymentKey, Scope, Seen
 
@@ -51,13 +53,13 @@ def _for_deployment(
         if not task.running:
             continue
         cited: Cited | None = None
-        task_risk = view.task_risk.get(task.task_id)
-        if fresh(task_risk, now_ms, s.max_input_age_s) and task_risk is not None:
+        task_risk = usable_risk(view.task_risk.get(task.task_id), now_ms, s.max_input_age_s)
+        if task_risk is not None:
             p = risk_probability(task_risk.value, s.risk_horizon_s)
             if p >= s.risk_threshold:
                 cited = (task_risk, "probability", p)
-        node_risk = view.node_risk.get(task.machine) if task.machine else None
-        if cited is None and node_risk is not None and fresh(node_risk, now_ms, s.max_input_age_s):
+        node_risk = usable_risk(view.node_risk.get(task.machine), now_ms, s.max_input_age_s) if task.machine else None
+        if cited is None and node_risk is not None:
             p = risk_probability(node_risk.value, s.risk_horizon_s)
             if p >= s.risk_threshold:
                 cited = (node_risk, "probability", p)

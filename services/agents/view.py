@@ -18,9 +18,9 @@ from contracts.models import (
     AnomalyScore,
     ClusterState,
     DeploymentState,
-    FailureRisk,
+    FailureRiskV2,
     NodeState,
-    RegimeLabel,
+    RegimeLabelV2,
     TaskEvent,
 )
 
@@ -76,10 +76,13 @@ class ClusterView:
 
     def __init__(self, *, max_tasks: int = 200_000) -> None:
         self.max_tasks = max_tasks
-        self.regimes: dict[str, Seen[RegimeLabel]] = {}
+        # the latest label per node, ``unknown`` included: a newer abstention replaces an older
+        # contended label, so nothing keeps acting on what the model no longer claims
+        self.regimes: dict[str, Seen[RegimeLabelV2]] = {}
         self.anomalies: dict[str, Seen[AnomalyScore]] = {}
-        self.node_risk: dict[str, Seen[FailureRisk]] = {}
-        self.task_risk: dict[str, Seen[FailureRisk]] = {}
+        # likewise the latest risk, out-of-range or not (policies read it through proposals.usable_risk)
+        self.node_risk: dict[str, Seen[FailureRiskV2]] = {}
+        self.task_risk: dict[str, Seen[FailureRiskV2]] = {}
         self.nodestate: dict[str, Seen[NodeState]] = {}
         self.clusters: dict[str | None, Seen[ClusterState]] = {}  # by namespace, None = cluster-wide
         self.deployments: dict[DeploymentKey, Seen[DeploymentState]] = {}
@@ -112,7 +115,7 @@ class ClusterView:
 
     def update(self, topic: str, key: str, value: Contract, span: SpanContext | None = None) -> Scope:
         """Remember one input and return the targets it can affect."""
-        if isinstance(value, RegimeLabel):
+        if isinstance(value, RegimeLabelV2):
             self.regimes[value.node] = Seen(value, topic, key, value.ts_ms, value.input_ts_ms, span)
             return self._node_scope(value.node)
         if isinstance(value, AnomalyScore):
@@ -121,7 +124,7 @@ class ClusterView:
         if isinstance(value, NodeState):
             self.nodestate[value.node] = Seen(value, topic, key, value.ts_ms, value.ts_ms, span)
             return self._node_scope(value.node)
-        if isinstance(value, FailureRisk):
+        if isinstance(value, FailureRiskV2):
             seen = Seen(value, topic, key, value.ts_ms, value.input_ts_ms, span)
             if value.target_kind == "node":
                 self.node_risk[value.target] = seen

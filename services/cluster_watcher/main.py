@@ -13,6 +13,7 @@ from opentelemetry.trace import SpanKind
 
 from contracts import telemetry as names
 from contracts.models import ClusterState, TaskEvent
+from featurelib.borg_units import LargestNode
 from services.cluster_watcher.model import ClusterKey, ClusterModel, Obj
 from services.cluster_watcher.reflector import Reflector, Source
 from services.cluster_watcher.resources import DEPLOYMENTS, NODES, PODS
@@ -46,6 +47,7 @@ class Watcher:
         self.task_events_sent = 0
         self.states_sent = 0
         self._last: dict[ClusterKey, tuple[bytes, int]] = {}
+        self._largest = LargestNode()
         resume = resume_from or {}
         timeout = settings.watch_timeout_s
         self.reflectors = [
@@ -101,9 +103,20 @@ class Watcher:
 
     async def _nodes_listed(self, items: list[Obj]) -> None:
         await self._publish("list", NODES.plural, self.model.replace_nodes(items, self.now_ms()))
+        self._note_largest()
 
     async def _node_event(self, kind: str, obj: Obj) -> None:
         await self._publish(kind, NODES.plural, self.model.node_event(kind, obj, self.now_ms()))
+        self._note_largest()
+
+    def _note_largest(self) -> None:
+        # taskevents.v1 carries cores and GiB; the risk stage divides by these (its RISK_LARGEST_NODE_*
+        # settings) to reach the Borg scale, so an operator needs to see when they change
+        largest = self.model.largest_node()
+        if largest != self._largest:
+            self._largest = largest
+            log.info("largest node allocatable: %s cores, %s GiB "
+                     "(RISK_LARGEST_NODE_CPU / RISK_LARGEST_NODE_MEMORY_GIB)", largest.cpu_cores, largest.memory_gib)
 
     async def _deployments_listed(self, items: list[Obj]) -> None:
         self.model.replace_deployments(items)

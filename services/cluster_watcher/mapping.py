@@ -18,7 +18,11 @@ the pod itself; ``task_index`` = the StatefulSet pod index or Job completion ind
 | requests changed while live                                   | UPDATE_RUNNING / UPDATE_PENDING |
 
 Each pod gets at most one terminal event. Times are observation times (the watcher's
-clock when the change was seen), requests are cores and GiB.
+clock when the change was seen), requests are cores and GiB and ``priority`` is the pod's
+raw Kubernetes priority (the risk stage puts them on the Borg scale with
+``featurelib.borg_units``). ``scheduling_class`` is Borg's: the pod's QoS class
+(``status.qosClass``, else derived from the requests and limits as the API server does)
+mapped by ``featurelib.borg_units.scheduling_class``; absent when it cannot be placed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from contracts.models import TaskEvent, TaskEventType
+from featurelib import borg_units
 from services.runtime.k8s_quantity import GIB, parse_quantity
 
 Obj = dict[str, Any]
@@ -54,6 +59,8 @@ class PodRecord:
     status_reason: str | None
     ready: bool
     user: str | None
+    qos: str | None = None
+    """Kubernetes QoS class: BestEffort, Burstable or Guaranteed."""
 
     @property
     def task_id(self) -> str:
@@ -113,6 +120,37 @@ def _requests(spec: Obj) -> tuple[float | None, float | None]:
     return (cpu if seen_cpu else None, mem / GIB if seen_mem else None)
 
 
+def qos_class(spec: Obj) -> str:
+    """The QoS class the API server gives a pod with this spec (for objects that lack ``status.qosClass``)."""
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    guaranteed, any_set = bool(containers), False
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        requests = {**limits, **(resources.get("requests") or {})}  # an unset request defaults to the limit
+        for name in ("cpu", "memory"):
+            any_set |= name in requests or name in limits
+            try:
+                equal = name in limits and parse_quantity(requests[name]) == parse_quantity(limits[name])
+            except ValueError:
+                equal = False
+            guaranteed &= equal
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _scheduling_class(rec: PodRecord) -> int | None:
+    try:
+        prio = borg_units.borg_priority(rec.priority)
+    except borg_units.UnplaceableError:
+        prio = None  # the risk stage flags the priority itself
+    try:
+        return borg_units.scheduling_class(rec.qos, prio)
+    except borg_units.UnplaceableError:
+        return None
+
+
 def _condition(status: Obj, kind: str) -> Obj | None:
     for cond in status.get("conditions") or []:
         if cond.get("type") == kind and cond.get("status") == "True":
@@ -143,6 +181,7 @@ def pod_record(obj: Obj) -> PodRecord:
         status_reason=status.get("reason"),
         ready=_condition(status, "Ready") is not None,
         user=spec.get("serviceAccountName"),
+        qos=str(status.get("qosClass") or qos_class(spec)),
     )
 
 
@@ -199,6 +238,7 @@ def task_event(rec: PodRecord, event: TaskEventType, ts_ms: int) -> TaskEvent:
         machine=rec.node,
         user=rec.user,
         priority=rec.priority,
+        scheduling_class=_scheduling_class(rec),
         cpu_request=rec.cpu,
         memory_request=rec.memory_gib,
         namespace=rec.namespace,

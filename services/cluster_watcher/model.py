@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from contracts.models import ClusterState, DeploymentState, TaskEvent
+from featurelib.borg_units import LargestNode
 from services.cluster_watcher.mapping import Obj, PodRecord, pod_record, task_event, transitions
 from services.cluster_watcher.settings import WatcherSettings
+from services.runtime.k8s_quantity import GIB, parse_quantity
 
 ClusterKey = str | None  # a namespace, None = the whole cluster
 __all__ = ["ClusterKey", "ClusterModel", "NodeRecord", "Obj"]
@@ -24,6 +26,17 @@ class NodeRecord:
     name: str
     ready: bool
     schedulable: bool
+    cpu_allocatable: float | None = None
+    """``status.allocatable.cpu`` in cores (None: not reported)."""
+    memory_allocatable_gib: float | None = None
+
+
+def _allocatable(status: Obj, name: str, scale: float) -> float | None:
+    raw = (status.get("allocatable") or {}).get(name)
+    try:
+        return parse_quantity(raw) / scale if raw is not None else None
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -75,8 +88,18 @@ class ClusterModel:
         conditions = (obj.get("status") or {}).get("conditions") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
         schedulable = not (obj.get("spec") or {}).get("unschedulable", False)
-        self.nodes[name] = NodeRecord(name=name, ready=ready, schedulable=schedulable)
+        status = obj.get("status") or {}
+        self.nodes[name] = NodeRecord(name=name, ready=ready, schedulable=schedulable,
+                                      cpu_allocatable=_allocatable(status, "cpu", 1.0),
+                                      memory_allocatable_gib=_allocatable(status, "memory", GIB))
         return []
+
+    def largest_node(self) -> LargestNode:
+        """Largest allocatable per resource over the known nodes: what the Borg scale divides by
+        (``featurelib.borg_units``; the trace normalises each resource by its largest machine)."""
+        cpus = [n.cpu_allocatable for n in self.nodes.values() if n.cpu_allocatable]
+        mems = [n.memory_allocatable_gib for n in self.nodes.values() if n.memory_allocatable_gib]
+        return LargestNode(cpu_cores=max(cpus, default=None), memory_gib=max(mems, default=None))
 
     def replace_nodes(self, objs: Iterable[Obj], now_ms: int) -> list[TaskEvent]:
         listed = set()

@@ -3,6 +3,12 @@
 Staleness is judged by each message's own `ts_ms` (event time), as the scheduler extender does: a
 node whose newest signal is older than the bound is stale, and each signal is also marked stale on
 its own. Task-level risk (target_kind "task") is not a node signal and is not shown here.
+
+A regime ``unknown`` (regimes.v2: the model abstained) is shown as such with its abstain reasons
+and out-of-distribution score; its history point is ``UNKNOWN_INDEX`` (after the regimes, so a
+sparkline bucket holding an abstention shows it). A node risk from out-of-range inputs (risk.v2,
+``in_range`` false) is shown flagged (``in_range: false`` and how many tasks were out of range):
+agents and the extender ignore it, and so does the attention ordering of the page.
 """
 
 from __future__ import annotations
@@ -10,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.models import REGIMES, AnomalyScore, FailureRisk, RegimeLabel
+from contracts.models import REGIMES, UNKNOWN_REGIME, AnomalyScore, FailureRiskV2, RegimeLabelV2
 from services.dashboard.series import Series
 
 JsonDict = dict[str, Any]
-REGIME_INDEX: dict[str, int] = {name: i for i, name in enumerate(REGIMES)}
+UNKNOWN_INDEX = len(REGIMES)
+REGIME_INDEX: dict[str, int] = {name: i for i, name in enumerate(REGIMES)} | {UNKNOWN_REGIME: UNKNOWN_INDEX}
 SIGNALS = ("regime", "anomaly", "risk")
 
 
@@ -23,9 +30,9 @@ class NodeRow:
     name: str
     version: int
     series: dict[str, Series]
-    regime: RegimeLabel | None = None
+    regime: RegimeLabelV2 | None = None
     anomaly: AnomalyScore | None = None
-    risk: FailureRisk | None = None
+    risk: FailureRiskV2 | None = None
     signal_ts: dict[str, int] = field(default_factory=dict)
     signal_version: dict[str, int] = field(default_factory=dict)  # version at which each signal last changed
 
@@ -64,7 +71,7 @@ class NodeBoard:
         row.version = version
         return row
 
-    def add_regime(self, label: RegimeLabel, version: int) -> None:
+    def add_regime(self, label: RegimeLabelV2, version: int) -> None:
         row = self._row(label.node, version)
         row.signal_version["regime"] = version
         if row.regime is None or label.ts_ms >= row.regime.ts_ms:
@@ -80,7 +87,7 @@ class NodeBoard:
             row.signal_ts["anomaly"] = score.ts_ms
         row.series["anomaly"].add(score.ts_ms, score.score, version)
 
-    def add_risk(self, risk: FailureRisk, version: int) -> bool:
+    def add_risk(self, risk: FailureRiskV2, version: int) -> bool:
         if risk.target_kind != "node":
             return False
         row = self._row(risk.target, version)
@@ -106,6 +113,14 @@ class NodeBoard:
 
     def stale_count(self, now_ms: int) -> int:
         return sum(1 for r in self._rows.values() if now_ms - r.last_ts > self.stale_ms)
+
+    def unknown_count(self) -> int:
+        """Nodes whose latest regime is ``unknown``."""
+        return sum(1 for r in self._rows.values() if r.regime is not None and r.regime.regime == UNKNOWN_REGIME)
+
+    def out_of_range_count(self) -> int:
+        """Nodes whose latest node risk was computed from out-of-range inputs."""
+        return sum(1 for r in self._rows.values() if r.risk is not None and not r.risk.in_range)
 
     def view(self, row: NodeRow, now_ms: int, since: int | None = None) -> JsonDict:
         """One node as JSON; with `since`, only the signals and series changed after that version
@@ -133,6 +148,8 @@ class NodeBoard:
                 "worst_class": worst[0],
                 "slowdown": round(worst[1], 3),
                 "model": r.model_version,
+                "abstain": list(r.abstain),
+                "ood_score": None if r.ood_score is None else round(r.ood_score, 3),
             }
         if row.anomaly is not None and "anomaly" in changed:
             a = row.anomaly
@@ -150,6 +167,8 @@ class NodeBoard:
                 "max": max(p for _, p in horizons),
                 "tasks": k.tasks,
                 "ts": k.ts_ms,
+                "in_range": k.in_range,
+                "tasks_out_of_range": k.tasks_out_of_range,
             }
         return out
 

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from contracts.base import Contract
-from contracts.models import ActionResult, AnomalyScore, ClusterState, DeadLetterV2, Decision, FailureRisk, RegimeLabel
+from contracts.models import (
+    ActionResult,
+    AnomalyScore,
+    ClusterState,
+    DeadLetterV2,
+    Decision,
+    FailureRiskV2,
+    RegimeLabelV2,
+)
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.dashboard.clusters import ClusterBoard
 from services.dashboard.decisions import DecisionLog
 from services.dashboard.nodes import NodeBoard
@@ -24,13 +33,13 @@ JsonDict = dict[str, Any]
 CONSUMED_TOPICS: tuple[str, ...] = (
     "decisions.v1",
     "actions.v1",
-    "regimes.v1",
+    REGIMES_TOPIC,
     "anomalies.v1",
-    "risk.v1",
+    RISK_TOPIC,
     "clusterstate.v1",
     "deadletter.v2",
 )
-NODE_SIGNAL_TOPICS = {"regimes.v1": "regime", "anomalies.v1": "anomaly", "risk.v1": "risk"}
+NODE_SIGNAL_TOPICS = {REGIMES_TOPIC: "regime", "anomalies.v1": "anomaly", RISK_TOPIC: "risk"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,11 +83,11 @@ class DashboardState:
             self.decisions.add_decision(value, trace_id, v)
         elif isinstance(value, ActionResult):
             self.decisions.add_result(value, trace_id, v)
-        elif isinstance(value, RegimeLabel):
+        elif isinstance(value, RegimeLabelV2):
             self.nodes.add_regime(value, v)
         elif isinstance(value, AnomalyScore):
             self.nodes.add_anomaly(value, v)
-        elif isinstance(value, FailureRisk):
+        elif isinstance(value, FailureRiskV2):
             if not self.nodes.add_risk(value, v):
                 self.ignored += 1
         elif isinstance(value, ClusterState):
@@ -142,6 +151,8 @@ class DashboardState:
             "counts": {
                 "nodes": len(self.nodes),
                 "stale_nodes": self.nodes.stale_count(now_ms),
+                "unknown_nodes": self.nodes.unknown_count(),
+                "risk_out_of_range": self.nodes.out_of_range_count(),
                 "decisions_seen": self.decisions.total,
                 "decisions_held": len(self.decisions),
                 "results_waiting": self.decisions.orphans,

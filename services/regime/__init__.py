@@ -1,1 +1,2 @@
-"""regime: features.v1 → contention regime, confidence and interference on regimes.v1 (ONNX)."""
+"""regime: features.v1 → contention regime, confidence and interference, or ``unknown`` with the reasons,
+on regimes.v2 (ONNX)."""

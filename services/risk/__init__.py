@@ -1,1 +1,1 @@
-"""risk: taskevents.v1 joined with the node's latest features.v1 → failure probability per horizon on risk.v1."""
+"""risk: taskevents.v1 joined with the node's latest features.v1 → failure probability per horizon on risk.v2."""

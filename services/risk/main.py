@@ -29,7 +29,7 @@ async def body(settings: RiskSettings, stop: asyncio.Event, health: HealthServer
     loader = functools.partial(load_failure_model, xgb_min_batch=settings.xgb_min_batch)
     models: ModelWatcher[FailureModel] = ModelWatcher("failure", settings.model_dir, loader,
                                                       poll_s=settings.model_poll_s)
-    state = RiskState()
+    state = RiskState(largest=settings.largest_node())
     if settings.rebuild_history:
         await rebuild_history(settings.kafka_bootstrap, app_id(SERVICE, settings.topic_prefix),
                               settings.topic(TASK_TOPIC), state)

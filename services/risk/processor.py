@@ -1,4 +1,4 @@
-"""The risk processor: task events joined with the node's latest features → FailureRisk on risk.v1.
+"""The risk processor: task events joined with the node's latest features → FailureRiskV2 on risk.v2.
 
 Two inputs in one consumer group (one replica; see ``state.py``):
 
@@ -12,9 +12,14 @@ Two inputs in one consumer group (one replica; see ``state.py``):
 
 A periodic re-score (``RISK_RESCORE_S``) scores every running task in one batch (native
 XGBoost when the batch is large and boosters ship with the model), so risk follows node
-features and elapsed time between events. Keys on risk.v1 are ``task:<id>`` and
+features and elapsed time between events. Keys on risk.v2 are ``task:<id>`` and
 ``node:<name>`` (one compacted topic, no collisions). Outputs continue the task event's
 trace and link to the trace of the node features joined (a fan-in).
+
+Each task record says which of its inputs were outside the model's training range
+(``out_of_range``: the card's ``input_ranges``, ``ranges.py``) or could not be put on the
+Borg scale (``<field>:unmapped``, ``featurelib.borg_units``); a node record counts its
+tasks with any (``tasks_out_of_range``). Agents do not act on such a probability alone.
 """
 
 from __future__ import annotations
@@ -29,14 +34,16 @@ import numpy as np
 from opentelemetry.trace import Link
 from prometheus_client import Counter
 
-from contracts import ContractError, FailureRisk, TaskEvent
+from contracts import ContractError, TaskEvent
 from contracts import telemetry as names
 from contracts.fast_featurevector import decode_feature_row
-from contracts.models import HorizonRisk
+from contracts.models import FailureRiskV2, HorizonRisk
+from contracts.topics import RISK_TOPIC
 from featurelib.node_features import node_feature_schema_hash, vector_problem
 from services.risk import node_record
 from services.risk.aggregate import node_probability
 from services.risk.model import FailureModel
+from services.risk.ranges import merge
 from services.risk.settings import RiskSettings
 from services.risk.state import RiskState
 from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, ChangelogState, events_of
@@ -53,7 +60,7 @@ LINGER_S = 0.02
 SERVICE = "risk"
 TASK_TOPIC = "taskevents.v1"
 FEATURE_TOPIC = "features.v1"
-OUT_TOPIC = "risk.v1"
+OUT_TOPIC = RISK_TOPIC
 SCORED = Counter("borg_risk_scored_total", "Task scorings by trigger and backend", ["trigger", "backend"])
 
 
@@ -71,7 +78,7 @@ class RiskProcessor:
         self.settings = settings
         self.sink = sink
         self.models = models
-        self.state = state or RiskState()
+        self.state = state or RiskState(largest=settings.largest_node())
         self.node_schema = node_feature_schema_hash()
         self.group = app_id(SERVICE, settings.topic_prefix)
         self.nodes = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-node_features-changelog",
@@ -170,6 +177,8 @@ class RiskProcessor:
         x, links = self._rows(model, task_ids)
         results, errors = infer_rows(model, x)
         SCORED.labels(trigger, model.backend_for(len(x))).inc(len(task_ids))
+        outside = model.ranges.outside(x) if model.ranges is not None else [()] * len(task_ids)
+        flags = self.state.flags(task_ids)
         touched: set[str] = set()
         for i, t in enumerate(task_ids):
             result = results[i]
@@ -178,15 +187,17 @@ class RiskProcessor:
                     await self.sink.dead_letter(event, errors.get(i, "model failed"), "processing")
                 continue
             probs = tuple(float(p) for p in result[0])
+            out_of_range = tuple(merge(outside[i], tuple(flags[i])))
             running = self.state.running[t]
-            if trigger == "rescore" and running.probabilities is not None and max(
-                    abs(a - b) for a, b in zip(probs, running.probabilities, strict=True)
-            ) < self.settings.rescore_min_change:
+            if trigger == "rescore" and running.probabilities is not None and out_of_range == running.out_of_range \
+                    and max(abs(a - b) for a, b in zip(probs, running.probabilities, strict=True)
+                            ) < self.settings.rescore_min_change:
                 continue
             running.probabilities = probs
-            risk = FailureRisk(target_kind="task", target=t, node=running.node, ts_ms=ts_ms,
-                               horizons=self._horizons(model, probs), tasks=1, model_version=model.version,
-                               input_ts_ms=input_ts)
+            running.out_of_range = out_of_range
+            risk = FailureRiskV2(target_kind="task", target=t, node=running.node, ts_ms=ts_ms,
+                                 horizons=self._horizons(model, probs), tasks=1, out_of_range=list(out_of_range),
+                                 model_version=model.version, input_ts_ms=input_ts)
             task_links = [lk for lk in links if lk is not None][:8] if len(task_ids) == 1 else []
             await self._send(task_key(t), risk, headers, task_links)
             touched.add(running.node)
@@ -196,9 +207,10 @@ class RiskProcessor:
     async def _publish_final(self, task: TaskEvent, node: str, headers: Sequence[tuple[str, bytes]],
                              input_ts: int) -> None:
         model = self.models.current
-        risk = FailureRisk(target_kind="task", target=task.task_id, node=node, ts_ms=task.ts_ms,
-                           horizons=self._horizons(model, [0.0] * len(model.horizons_s)), tasks=1,
-                           model_version=model.version, input_ts_ms=input_ts)
+        # a stopped run cannot fail: 0 is a fact, not a model output, so no input is out of range
+        risk = FailureRiskV2(target_kind="task", target=task.task_id, node=node, ts_ms=task.ts_ms,
+                             horizons=self._horizons(model, [0.0] * len(model.horizons_s)), tasks=1,
+                             model_version=model.version, input_ts_ms=input_ts)
         await self._send(task_key(task.task_id), risk, headers, [])
         await self._publish_node(node, headers, input_ts, task.ts_ms)
 
@@ -206,12 +218,14 @@ class RiskProcessor:
                             ts_ms: int) -> None:
         model = self.models.current
         tasks = self.state.node_tasks(node)
-        scored = [t.probabilities for t in tasks if t.probabilities is not None]
-        probs = node_probability(scored, len(model.horizons_s))
+        scored = [t for t in tasks if t.probabilities is not None]
+        probs = node_probability([t.probabilities for t in scored if t.probabilities is not None],
+                                 len(model.horizons_s))
         _, link = self.node_features(node)
-        risk = FailureRisk(target_kind="node", target=node, node=node, ts_ms=ts_ms,
-                           horizons=self._horizons(model, probs), tasks=len(scored),
-                           model_version=model.version, input_ts_ms=input_ts)
+        risk = FailureRiskV2(target_kind="node", target=node, node=node, ts_ms=ts_ms,
+                             horizons=self._horizons(model, probs), tasks=len(scored),
+                             tasks_out_of_range=sum(1 for t in scored if t.out_of_range),
+                             model_version=model.version, input_ts_ms=input_ts)
         await self._send(node_key(node), risk, headers, [link] if link is not None else [])
 
     @staticmethod
@@ -219,7 +233,7 @@ class RiskProcessor:
         return [HorizonRisk(horizon_s=h, probability=min(max(float(p), 0.0), 1.0))
                 for h, p in zip(model.horizons_s, probs, strict=True)]
 
-    async def _send(self, key: str, risk: FailureRisk, headers: Sequence[tuple[str, bytes]],
+    async def _send(self, key: str, risk: FailureRiskV2, headers: Sequence[tuple[str, bytes]],
                     links: Sequence[Link]) -> None:
         attrs: dict[str, Any] = {names.RISK_HORIZON_S: risk.horizons[0].horizon_s,
                                  names.RISK_PROBABILITY: risk.horizons[0].probability,

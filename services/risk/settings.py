@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from featurelib.borg_units import LargestNode
 from services.runtime.stream_settings import StreamSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -29,3 +30,12 @@ class RiskSettings(StreamSettings):
     rebuild_history: bool = Field(default=True,
                                   description="rebuild task history from taskevents.v1 up to the committed offsets "
                                               "before consuming (the history is in memory, not in a changelog)")
+    largest_node_cpu: float | None = Field(
+        default=None, gt=0,
+        description="allocatable cores of the cluster's largest node: Kubernetes CPU requests are divided by it to "
+                    "reach the Borg scale (featurelib.borg_units); unset: they are unknown to the model and flagged")
+    largest_node_memory_gib: float | None = Field(
+        default=None, gt=0, description="allocatable memory (GiB) of the cluster's largest node, as largest_node_cpu")
+
+    def largest_node(self) -> LargestNode:
+        return LargestNode(cpu_cores=self.largest_node_cpu, memory_gib=self.largest_node_memory_gib)

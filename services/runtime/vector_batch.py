@@ -47,6 +47,9 @@ class ScoredBatch(Generic[M]):
     outputs: tuple[np.ndarray, ...]
     failed: int
     """Rows the model failed on (dead-lettered, not in the lists)."""
+    inputs: np.ndarray | None = None
+    """The model input of the rows (``model_input``: float32, NaN = invalid), ``inputs[i]`` for ``rows[i]``,
+    for what a processor judges beside the outputs (regime's abstention); None when no row was scored."""
 
 
 def model_input(rows: Sequence[FeatureRow]) -> np.ndarray:
@@ -116,10 +119,12 @@ async def score_vectors(events: Sequence[Any], *, sink: Sink, models: ModelWatch
     model = models.current
     if not rows:
         return ScoredBatch(model, [], [], (), 0)
-    outputs, errors = infer_batch(model, model_input(rows))
+    x = model_input(rows)
+    outputs, errors = infer_batch(model, x)
     if errors:
         for i in sorted(errors):
             await sink.dead_letter(accepted[i], errors[i], "processing")
         accepted = [e for i, e in enumerate(accepted) if i not in errors]
         rows = [r for i, r in enumerate(rows) if i not in errors]
-    return ScoredBatch(model, accepted, rows, outputs, len(errors))
+        x = np.delete(x, sorted(errors), axis=0)
+    return ScoredBatch(model, accepted, rows, outputs, len(errors), x)

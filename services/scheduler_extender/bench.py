@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRisk, HorizonRisk, RegimeLabel, RegimeName
+from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
 from services.scheduler_extender.extender import Extender
 from services.scheduler_extender.scoring import CLASS_INDEX, ScoringConfig
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
@@ -63,7 +63,7 @@ def synthetic_store(nodes: int, now_ms: int, seed: int = 7) -> NodeStateStore:
         if severe:
             interference[POD_CLASS] = 2.0 + rnd.random()
         store.apply(
-            RegimeLabel(
+            RegimeLabelV2(
                 node=name,
                 ts_ms=ts,
                 regime=regime,
@@ -89,7 +89,7 @@ def synthetic_store(nodes: int, now_ms: int, seed: int = 7) -> NodeStateStore:
             now_ms,
         )
         store.apply(
-            FailureRisk(
+            FailureRiskV2(
                 target_kind="node",
                 target=name,
                 ts_ms=ts,

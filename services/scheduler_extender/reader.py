@@ -1,4 +1,4 @@
-"""Reads regimes.v1 / anomalies.v1 / risk.v1 from the beginning into the node state store.
+"""Reads regimes.v2 / anomalies.v1 / risk.v2 from the beginning into the node state store.
 
 Runs on the shared `TopicReader` (services/runtime/topic_reader.py): no consumer group, every
 partition read from the beginning on every start (compaction keeps the latest value per key),

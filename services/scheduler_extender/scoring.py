@@ -4,6 +4,10 @@ No I/O and no clock: the caller passes ``now_ms``. Rules (see docs/scheduler_ext
 
 - An input (regime, anomaly, node risk) is *fresh* when ``now_ms - ts_ms <= staleness_ms``; a stale or
   missing input is *unknown*: it never filters a node and scores the neutral ``unknown_penalty``.
+- A fresh regime ``unknown`` (regimes.v2: the model abstained; status ``abstained``) and a fresh node risk
+  that is not ``in_range`` (risk.v2; status ``out_of_range``) are no information either: they score exactly
+  as a missing input (never penalised, never preferred, never filtered). They still replace an older label
+  or risk, so nothing keeps acting on an answer the model no longer gives.
 - Slowdown of class ``c`` on a node = ``interference[c]`` of the fresh regime label (already the worst case
   over co-runners). When the label has no entry for ``c`` the worst entry it has is used; an empty map means
   1.0 for regime ``none`` and unknown otherwise. Slowdowns are never summed or multiplied: several sources
@@ -20,14 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRisk, RegimeLabel
+from contracts.models import UNKNOWN_REGIME, WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, RegimeLabelV2
 
 MIN_SCORE = 0
 MAX_SCORE = 10
 NEVER_MS = 2**62  # "does not expire"
 REASON_PREFIX = "borg-orchestrator: "
 CLASS_INDEX: dict[str, int] = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
-InputStatus = Literal["fresh", "stale", "missing"]
+InputStatus = Literal["fresh", "stale", "missing", "abstained", "out_of_range"]
+"""``abstained``: a fresh ``unknown`` regime; ``out_of_range``: a fresh risk from out-of-range inputs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +56,17 @@ class ScoringConfig:
 
 
 class RegimeIn(NamedTuple):
-    """What scoring uses of a RegimeLabel."""
+    """What scoring uses of a RegimeLabelV2."""
 
     ts_ms: int
     regime: str
     confidence: float
     interference: tuple[tuple[str, float], ...]
+    abstain: tuple[str, ...] = ()  # why the model answered ``unknown``
 
     @classmethod
-    def of(cls, label: RegimeLabel) -> RegimeIn:
-        return cls(label.ts_ms, label.regime, label.confidence, tuple(label.interference.items()))
+    def of(cls, label: RegimeLabelV2) -> RegimeIn:
+        return cls(label.ts_ms, label.regime, label.confidence, tuple(label.interference.items()), tuple(label.abstain))
 
 
 class AnomalyIn(NamedTuple):
@@ -78,10 +84,11 @@ class RiskIn(NamedTuple):
     ts_ms: int
     probability: float
     horizon_s: int
+    in_range: bool = True
 
     @classmethod
-    def of(cls, risk: FailureRisk, horizon_s: int | None) -> RiskIn:
-        return cls(risk.ts_ms, *risk_probability(risk, horizon_s))
+    def of(cls, risk: FailureRiskV2, horizon_s: int | None) -> RiskIn:
+        return cls(risk.ts_ms, *risk_probability(risk, horizon_s), risk.in_range)
 
 
 class NodeInputs(NamedTuple):
@@ -94,9 +101,9 @@ class NodeInputs(NamedTuple):
     @classmethod
     def of(
         cls,
-        regime: RegimeLabel | None = None,
+        regime: RegimeLabelV2 | None = None,
         anomaly: AnomalyScore | None = None,
-        risk: FailureRisk | None = None,
+        risk: FailureRiskV2 | None = None,
         *,
         horizon_s: int | None = None,
     ) -> NodeInputs:
@@ -121,7 +128,7 @@ class NodeCard(NamedTuple):
     risk_horizon_s: int | None
     risk_status: InputStatus
     risk_age_ms: int | None
-    known: bool  # at least one fresh input
+    known: bool  # at least one fresh input that is used (an abstained regime / out-of-range risk is not)
     scores: tuple[int, ...]  # 0..10
     reasons: tuple[str | None, ...]  # FailedNodes message (stable text the scheduler can aggregate); None = passes
     details: tuple[str | None, ...]  # the same with the numbers that crossed the thresholds
@@ -129,6 +136,7 @@ class NodeCard(NamedTuple):
     penalties: tuple[float, ...]  # weighted, 0 (best) .. 1 (worst)
     summaries: tuple[str, ...]  # one line per class for spans
     expires_ms: int  # when a fresh input turns stale and the card must be recomputed
+    abstain: tuple[str, ...] = ()  # the regime's abstain reasons (regime ``unknown``)
 
     def explain(self, class_index: int) -> dict[str, object]:
         return {
@@ -141,6 +149,7 @@ class NodeCard(NamedTuple):
                 "confidence": self.confidence,
                 "status": self.regime_status,
                 "age_ms": self.regime_age_ms,
+                "abstain": list(self.abstain),
             },
             "anomaly": {"score": self.anomaly, "status": self.anomaly_status, "age_ms": self.anomaly_age_ms},
             "risk": {
@@ -152,7 +161,7 @@ class NodeCard(NamedTuple):
         }
 
 
-def risk_probability(risk: FailureRisk, horizon_s: int | None) -> tuple[float, int]:
+def risk_probability(risk: FailureRiskV2, horizon_s: int | None) -> tuple[float, int]:
     """Failure probability at the configured horizon, or the worst over all horizons (and that horizon)."""
     if horizon_s is not None:
         for h in risk.horizons:
@@ -191,12 +200,17 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
     r_status, r_age = _status(regime.ts_ms if regime else None, now_ms, cfg.staleness_ms)
     a_status, a_age = _status(anomaly.ts_ms if anomaly else None, now_ms, cfg.staleness_ms)
     k_status, k_age = _status(risk.ts_ms if risk else None, now_ms, cfg.staleness_ms)
-    fresh_regime = regime if r_status == "fresh" else None
 
     expires = NEVER_MS
     for item, status in ((regime, r_status), (anomaly, a_status), (risk, k_status)):
         if item is not None and status == "fresh":
             expires = min(expires, item.ts_ms + cfg.staleness_ms + 1)
+    # no information, as a missing input (statuses set after expiry: the status still turns stale on time)
+    if r_status == "fresh" and regime is not None and regime.regime == UNKNOWN_REGIME:
+        r_status = "abstained"
+    if k_status == "fresh" and risk is not None and not risk.in_range:
+        k_status = "out_of_range"
+    fresh_regime = regime if r_status == "fresh" else None
 
     shared_reasons: list[str] = []  # short, stable
     shared_details: list[str] = []  # with numbers
@@ -220,11 +234,12 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
     total_weight = cfg.weight_slowdown + cfg.weight_risk + cfg.weight_anomaly
     span = cfg.max_slowdown - 1.0
     confident = fresh_regime is not None and fresh_regime.confidence >= cfg.min_confidence
-    regime_txt = (
-        f"regime={fresh_regime.regime}@{fresh_regime.confidence:.2f}"
-        if fresh_regime is not None
-        else f"regime={_fmt(None, r_status, r_age)}"
-    )
+    if fresh_regime is not None:
+        regime_txt = f"regime={fresh_regime.regime}@{fresh_regime.confidence:.2f}"
+    elif r_status == "abstained" and regime is not None:
+        regime_txt = f"regime=unknown({','.join(regime.abstain)})"
+    else:
+        regime_txt = f"regime={_fmt(None, r_status, r_age)}"
     tail = (
         f"risk={_fmt(risk.probability if risk else None, k_status, k_age)} "
         f"anomaly={_fmt(anomaly.score if anomaly else None, a_status, a_age)}"
@@ -277,6 +292,7 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
         penalties=tuple(penalties),
         summaries=tuple(summaries),
         expires_ms=expires,
+        abstain=regime.abstain if regime is not None else (),
     )
 
 
@@ -285,6 +301,8 @@ def _fmt(value: float | None, status: InputStatus, age_ms: int | None) -> str:
         return f"{value:.2f}"
     if status == "stale":
         return f"stale({(age_ms or 0) / 1000:.0f}s)"
+    if status == "out_of_range" and value is not None:
+        return f"out_of_range({value:.2f},ignored)"
     return "unknown"
 
 

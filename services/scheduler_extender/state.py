@@ -20,7 +20,8 @@ from typing import Any
 import orjson
 
 from contracts.base import Contract
-from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRisk, RegimeLabel
+from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, RegimeLabelV2
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.scheduler_extender.scoring import (
     NEVER_MS,
     AnomalyIn,
@@ -33,9 +34,7 @@ from services.scheduler_extender.scoring import (
     unknown_card,
 )
 
-REGIMES_TOPIC = "regimes.v1"
 ANOMALIES_TOPIC = "anomalies.v1"
-RISK_TOPIC = "risk.v1"
 STATE_TOPICS: tuple[str, ...] = (REGIMES_TOPIC, ANOMALIES_TOPIC, RISK_TOPIC)
 MAX_UNKNOWN_ENCODED = 100_000
 
@@ -102,11 +101,11 @@ class NodeStateStore:
     def apply(self, value: Contract, now_ms: int) -> str | None:
         """Take one input; returns the node it changed (None when ignored or older than what is held)."""
         part: tuple[Any, ...]
-        if isinstance(value, RegimeLabel):
+        if isinstance(value, RegimeLabelV2):
             node, index, part = value.node, 0, tuple(RegimeIn.of(value))
         elif isinstance(value, AnomalyScore):
             node, index, part = value.node, 1, tuple(AnomalyIn.of(value))
-        elif isinstance(value, FailureRisk) and value.target_kind == "node":
+        elif isinstance(value, FailureRiskV2) and value.target_kind == "node":
             node, index, part = value.target, 2, tuple(RiskIn.of(value, self.cfg.risk_horizon_s))
         else:
             self.stats.ignored += 1

@@ -29,12 +29,13 @@ from contracts.models import (
     ClusterState,
     Decision,
     DeploymentState,
-    FailureRisk,
+    FailureRiskV2,
     HorizonRisk,
     Proposal,
-    RegimeLabel,
+    RegimeLabelV2,
     TargetRef,
 )
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.dashboard.main import Dashboard, body, build
 from services.dashboard.reader import topic_partitions
 from services.dashboard.settings import DashboardSettings
@@ -149,7 +150,7 @@ async def replay_node_signals(producer: Producer, nodes: int, round_: int, now: 
         node = node_name(i)
         label = regime_of(i, round_)
         slowdown = 1.0 if label == "none" else 1.2 + (i % 7) / 10
-        await producer.send("regimes.v1", node, RegimeLabel(
+        await producer.send(REGIMES_TOPIC, node, RegimeLabelV2(
             node=node, ts_ms=now, regime=label, confidence=0.6 + (i % 4) / 10, raw_regime=label,  # type: ignore[arg-type]
             changed=round_ > 0, interference={"cpu_bound": 1.0, "llc_sensitive": slowdown, "memory_bound": 1.1},
             model_version="regime-test", input_ts_ms=now))
@@ -158,7 +159,7 @@ async def replay_node_signals(producer: Producer, nodes: int, round_: int, now: 
             node=node, ts_ms=now, score=score, is_anomaly=score > 0.9, threshold=0.9, model_version="anomaly-test",
             input_ts_ms=now))
         p = ((i * 13 + round_ * 7) % 90) / 100
-        await producer.send("risk.v1", node, FailureRisk(
+        await producer.send(RISK_TOPIC, node, FailureRiskV2(
             target_kind="node", target=node, node=node, ts_ms=now, model_version="risk-test", input_ts_ms=now,
             tasks=3, horizons=[HorizonRisk(horizon_s=60, probability=p / 3),
                                HorizonRisk(horizon_s=300, probability=p / 2),

@@ -16,7 +16,8 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from contracts.headers import trace_id_of
-from contracts.models import ActionResult, ClusterState, DeploymentState, Proposal, RegimeLabel, TaskEvent
+from contracts.models import ActionResult, ClusterState, DeploymentState, Proposal, RegimeLabelV2, TaskEvent
+from contracts.topics import REGIMES_TOPIC
 from services.agents import admission, efficiency, reliability
 from services.agents.admission_policy import evaluate as admission_policy
 from services.agents.efficiency_policy import evaluate as efficiency_policy
@@ -70,7 +71,7 @@ async def test_agents_propose_and_the_referee_applies(
             deployments=[web],
         )
         await producer.send("clusterstate.v1", f"it/{ns}", state, ctx=traced(state_trace))
-        label = RegimeLabel(
+        label = RegimeLabelV2(
             node=hot,
             ts_ms=now,
             regime="membw",
@@ -81,7 +82,7 @@ async def test_agents_propose_and_the_referee_applies(
             model_version="it",
             input_ts_ms=now - 40,
         )
-        await producer.send("regimes.v1", hot, label, ctx=traced(regime_trace))
+        await producer.send(REGIMES_TOPIC, hot, label, ctx=traced(regime_trace))
         task = TaskEvent(
             task_id=f"{ns}/web-1",
             job_id="web",

@@ -9,7 +9,8 @@ from typing import Literal
 
 import pytest
 
-from contracts.models import AnomalyScore, FailureRisk, HorizonRisk, RegimeLabel, RegimeName
+from contracts.models import AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.runtime.producer import Producer
 from services.scheduler_extender.reader import StateReader
 from services.scheduler_extender.scoring import CLASS_INDEX, ScoringConfig
@@ -20,8 +21,8 @@ from tests.kafka_helpers import produce_raw
 pytestmark = pytest.mark.integration
 
 
-def label(node: str, ts: int, regime: RegimeName = "membw", slowdown: float = 2.4) -> RegimeLabel:
-    return RegimeLabel(
+def label(node: str, ts: int, regime: RegimeName = "membw", slowdown: float = 2.4) -> RegimeLabelV2:
+    return RegimeLabelV2(
         node=node,
         ts_ms=ts,
         regime=regime,
@@ -34,8 +35,8 @@ def label(node: str, ts: int, regime: RegimeName = "membw", slowdown: float = 2.
     )
 
 
-def risk(target: str, ts: int, p: float, kind: Literal["task", "node"] = "node") -> FailureRisk:
-    return FailureRisk(
+def risk(target: str, ts: int, p: float, kind: Literal["task", "node"] = "node") -> FailureRiskV2:
+    return FailureRiskV2(
         target_kind=kind,
         target=target,
         ts_ms=ts,
@@ -50,9 +51,9 @@ async def test_reader_catches_up_then_follows(kafka_bootstrap: str, topic_prefix
     producer = Producer(bootstrap=kafka_bootstrap, client_id="t-extender", topic_prefix=topic_prefix)
     await producer.start()
     try:
-        await producer.send("regimes.v1", "n1", label("n1", now - 5_000, "llc", 1.2))
-        await producer.send("regimes.v1", "n1", label("n1", now))  # latest for n1
-        await producer.send("regimes.v1", "n2", label("n2", now))
+        await producer.send(REGIMES_TOPIC, "n1", label("n1", now - 5_000, "llc", 1.2))
+        await producer.send(REGIMES_TOPIC, "n1", label("n1", now))  # latest for n1
+        await producer.send(REGIMES_TOPIC, "n2", label("n2", now))
         await producer.send(
             "anomalies.v1",
             "n1",
@@ -60,14 +61,14 @@ async def test_reader_catches_up_then_follows(kafka_bootstrap: str, topic_prefix
                 node="n1", ts_ms=now, score=0.2, is_anomaly=False, threshold=0.9, model_version="m", input_ts_ms=now
             ),
         )
-        await producer.send("risk.v1", "n1", risk("n1", now, 0.3))
-        await producer.send("risk.v1", "task-1", risk("task-1", now, 0.99, kind="task"))  # not node state
+        await producer.send(RISK_TOPIC, "n1", risk("n1", now, 0.3))
+        await producer.send(RISK_TOPIC, "task-1", risk("task-1", now, 0.99, kind="task"))  # not node state
         await producer.flush()
     finally:
         await producer.stop()
-    # A record that is not a RegimeLabel, and a tombstone removing n2's regime.
-    await produce_raw(kafka_bootstrap, f"{topic_prefix}regimes.v1", [(b"n3", b'{"node": "n3"}')])
-    await produce_raw(kafka_bootstrap, f"{topic_prefix}regimes.v1", [(b"n2", None)])
+    # A record that is not a RegimeLabelV2, and a tombstone removing n2's regime.
+    await produce_raw(kafka_bootstrap, f"{topic_prefix}{REGIMES_TOPIC}", [(b"n3", b'{"node": "n3"}')])
+    await produce_raw(kafka_bootstrap, f"{topic_prefix}{REGIMES_TOPIC}", [(b"n2", None)])
 
     store = NodeStateStore(ScoringConfig())
     reader = StateReader(bootstrap=kafka_bootstrap, store=store, topic_prefix=topic_prefix)
@@ -88,16 +89,31 @@ async def test_reader_catches_up_then_follows(kafka_bootstrap: str, topic_prefix
         live = Producer(bootstrap=kafka_bootstrap, client_id="t-extender-live", topic_prefix=topic_prefix)
         await live.start()
         try:
-            await live.send("regimes.v1", "n1", label("n1", later, "none", 1.0))
+            # the model now abstains on n1: the newer unknown label lifts the filter of its old one
+            unknown = RegimeLabelV2(
+                node="n1",
+                ts_ms=later,
+                regime="unknown",
+                confidence=0.0,
+                raw_regime="unknown",
+                changed=True,
+                interference={},
+                abstain=["counters_missing"],
+                model_version="m",
+                input_ts_ms=later,
+            )
+            await live.send(REGIMES_TOPIC, "n1", unknown)
             await live.flush()
         finally:
             await live.stop()
         await wait_until(
-            lambda: store.card("n1", int(time.time() * 1000)).regime == "none",
+            lambda: store.card("n1", int(time.time() * 1000)).regime == "unknown",
             timeout=20,
             what="live regime update for n1",
         )
-        assert store.card("n1", int(time.time() * 1000)).reasons[CLASS_INDEX["memory_bound"]] is None
+        card = store.card("n1", int(time.time() * 1000))
+        assert card.reasons[CLASS_INDEX["memory_bound"]] is None
+        assert (card.regime_status, card.abstain) == ("abstained", ("counters_missing",))
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=10)

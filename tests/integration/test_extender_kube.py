@@ -34,7 +34,8 @@ import orjson
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from contracts.models import AnomalyScore, FailureRisk, HorizonRisk, RegimeLabel, RegimeName
+from contracts.models import AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.runtime.producer import Producer
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
 from tests.conftest import wait_until
@@ -293,8 +294,8 @@ async def produce_state(bootstrap: str, prefix: str, nodes: dict[str, str]) -> N
     producer = Producer(bootstrap=bootstrap, client_id="e2e-extender", topic_prefix=prefix)
     await producer.start()
 
-    def label(node: str, regime: RegimeName, conf: float, interference: dict[str, float]) -> RegimeLabel:
-        return RegimeLabel(
+    def label(node: str, regime: RegimeName, conf: float, interference: dict[str, float]) -> RegimeLabelV2:
+        return RegimeLabelV2(
             node=node,
             ts_ms=now,
             regime=regime,
@@ -306,7 +307,7 @@ async def produce_state(bootstrap: str, prefix: str, nodes: dict[str, str]) -> N
             input_ts_ms=now,
         )
 
-    def health(node: str, anomaly: float, risk: float) -> tuple[AnomalyScore, FailureRisk]:
+    def health(node: str, anomaly: float, risk: float) -> tuple[AnomalyScore, FailureRiskV2]:
         return (
             AnomalyScore(
                 node=node,
@@ -317,7 +318,7 @@ async def produce_state(bootstrap: str, prefix: str, nodes: dict[str, str]) -> N
                 model_version="e2e",
                 input_ts_ms=now,
             ),
-            FailureRisk(
+            FailureRiskV2(
                 target_kind="node",
                 target=node,
                 ts_ms=now,
@@ -358,9 +359,9 @@ async def produce_state(bootstrap: str, prefix: str, nodes: dict[str, str]) -> N
     }
     try:
         for node, (regime, anomaly, risk) in states.items():
-            await producer.send("regimes.v1", node, regime)
+            await producer.send(REGIMES_TOPIC, node, regime)
             await producer.send("anomalies.v1", node, anomaly)
-            await producer.send("risk.v1", node, risk)
+            await producer.send(RISK_TOPIC, node, risk)
         await producer.flush()
     finally:
         await producer.stop()

@@ -33,17 +33,18 @@ from contracts import (
     ContractError,
     DeadLetterV2,
     Decision,
-    FailureRisk,
+    FailureRiskV2,
     FeatureVector,
     NodeState,
     Proposal,
-    RegimeLabel,
+    RegimeLabelV2,
     TaskEvent,
     decode,
     encode,
 )
 from contracts.base import Contract
 from contracts.models import DeploymentState, HorizonRisk, TargetRef
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.agents import admission, efficiency, reliability
 from services.risk.model import load_failure_model
 from services.runtime.admin import connect_admin
@@ -221,14 +222,14 @@ def good_records(now_ms: int) -> dict[str, list[tuple[str, Contract]]]:
                                 available_replicas=0)])
     cluster_wide = ClusterState(cluster="good", ts_ms=now_ms, pending_pods=0, running_pods=2, queue_health="healthy",
                                 nodes_total=6, nodes_ready=6)
-    hot = RegimeLabel(node="good-hot", ts_ms=now_ms, regime="membw", confidence=0.9, raw_regime="membw",
-                      changed=True, interference={"memory_bound": 3.2, "cpu_bound": 1.1}, model_version="it",
-                      input_ts_ms=now_ms - 40)
+    hot = RegimeLabelV2(node="good-hot", ts_ms=now_ms, regime="membw", confidence=0.9, raw_regime="membw",
+                        changed=True, interference={"memory_bound": 3.2, "cpu_bound": 1.1}, model_version="it",
+                        input_ts_ms=now_ms - 40)
     idle_state = NodeState.model_validate({**template("nodestate.v1"), "node": "good-idle", "ts_ms": now_ms,
                                            "cpu_util": 0.02, "mem_util": 0.05})
-    idle_risk = FailureRisk(target_kind="node", target="good-idle", node="good-idle", ts_ms=now_ms,
-                            horizons=[HorizonRisk(horizon_s=600, probability=0.01)], model_version="it",
-                            input_ts_ms=now_ms)
+    idle_risk = FailureRiskV2(target_kind="node", target="good-idle", node="good-idle", ts_ms=now_ms,
+                              horizons=[HorizonRisk(horizon_s=600, probability=0.01)], model_version="it",
+                              input_ts_ms=now_ms)
     idle_anomaly = AnomalyScore(node="good-idle", ts_ms=now_ms, score=0.05, is_anomaly=False, threshold=0.9,
                                 model_version="it", input_ts_ms=now_ms)
     proposal = Proposal(proposal_id="good-proposal", agent="reliability", kind="scale_out",
@@ -237,18 +238,18 @@ def good_records(now_ms: int) -> dict[str, list[tuple[str, Contract]]]:
     return {
         "clusterstate.v1": [("good/good", pressure), ("good", cluster_wide)],
         "anomalies.v1": [("good-idle", idle_anomaly)],
-        "risk.v1": [("node:good-idle", idle_risk)],
+        RISK_TOPIC: [("node:good-idle", idle_risk)],
         "nodestate.v1": [*((s.node, s) for s in states), ("good-idle", idle_state)],
         "features.v1": [(v.node, v) for v in vectors],
         "taskevents.v1": [(t.task_id, t) for t in tasks],
-        "regimes.v1": [("good-hot", hot), ("good-idle", calm_label(now_ms))],
+        REGIMES_TOPIC: [("good-hot", hot), ("good-idle", calm_label(now_ms))],
         "proposals.v1": [("Deployment/good/api", proposal)],
     }
 
 
-def calm_label(ts_ms: int) -> RegimeLabel:
-    return RegimeLabel(node="good-idle", ts_ms=ts_ms, regime="none", confidence=0.9, raw_regime="none",
-                       changed=False, interference={"cpu_bound": 1.0}, model_version="it", input_ts_ms=ts_ms)
+def calm_label(ts_ms: int) -> RegimeLabelV2:
+    return RegimeLabelV2(node="good-idle", ts_ms=ts_ms, regime="none", confidence=0.9, raw_regime="none",
+                         changed=False, interference={"cpu_bound": 1.0}, model_version="it", input_ts_ms=ts_ms)
 
 
 async def produce_good(bootstrap: str, prefix: str, records: dict[str, list[tuple[str, Contract]]]) -> None:
@@ -386,7 +387,7 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
                            asyncio.Semaphore(1))
 
     services = spawn_all(kafka_bootstrap, prefix, tmp_path)
-    bases = ["deadletter.v2", "features.v1", "regimes.v1", "anomalies.v1", "risk.v1", "proposals.v1",
+    bases = ["deadletter.v2", "features.v1", REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC, "proposals.v1",
              "decisions.v1"]
     with running(*services):
         await wait_ready(services, timeout=120)
@@ -398,9 +399,9 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
                                if topic in topics and expected_kind(service, topic, case) is not None)
         async with collector(kafka_bootstrap, prefix, bases) as (_, poll_until):
             def outputs_seen(g: Any) -> bool:
-                regimes = {v.node for v in accepted(g, "regimes.v1", RegimeLabel)}
+                regimes = {v.node for v in accepted(g, REGIMES_TOPIC, RegimeLabelV2)}
                 anomalies = {v.node for v in accepted(g, "anomalies.v1", AnomalyScore)}
-                risks = {v.target for v in accepted(g, "risk.v1", FailureRisk)}
+                risks = {v.target for v in accepted(g, RISK_TOPIC, FailureRiskV2)}
                 proposals = {(p.agent, p.target.key()) for p in accepted(g, "proposals.v1", Proposal)}
                 decisions = {d.target.key() for d in accepted(g, "decisions.v1", Decision)}
                 return (len(g.records["deadletter.v2"]) >= expected_letters
@@ -431,7 +432,7 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
                     from exc
 
             # efficiency's inputs are in its view now: a calm label for the idle node makes it consolidate it
-            await produce_good(kafka_bootstrap, prefix, {"regimes.v1": [("good-idle", calm_label(now_ms + 1))]})
+            await produce_good(kafka_bootstrap, prefix, {REGIMES_TOPIC: [("good-idle", calm_label(now_ms + 1))]})
             await poll_until(lambda g: ("efficiency", "Node/_/good-idle") in {
                 (p.agent, p.target.key()) for p in accepted(g, "proposals.v1", Proposal)}, 30, "efficiency consolidate")
 

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from contracts import DeadLetterV2, RegimeLabel, decode
+from contracts import DeadLetterV2, RegimeLabelV2, decode
 from contracts.headers import build_headers
+from contracts.topics import REGIMES_TOPIC
 from services.runtime import stream_io
 from services.runtime.stream_io import Sink
 from tests.kafka_helpers import consume
@@ -27,19 +28,19 @@ NODES = 60
 WINDOWS = 5
 
 
-def _label(node: str, ts_ms: int) -> RegimeLabel:
-    return RegimeLabel(node=node, ts_ms=ts_ms, regime="llc", confidence=0.5, raw_regime="llc", changed=False,
+def _label(node: str, ts_ms: int) -> RegimeLabelV2:
+    return RegimeLabelV2(node=node, ts_ms=ts_ms, regime="llc", confidence=0.5, raw_regime="llc", changed=False,
                        interference={"cpu_bound": 1.0}, model_version="v1", input_ts_ms=ts_ms - 10)
 
 
 async def test_batched_outputs_land_on_the_producers_partition_in_order(kafka_bootstrap: str,
                                                                         topic_prefix: str) -> None:
-    topic = f"{topic_prefix}regimes.v1"
+    topic = f"{topic_prefix}{REGIMES_TOPIC}"
     nodes = [f"sink-node-{i}" for i in range(NODES)]
     async with Sink(bootstrap=kafka_bootstrap, service="sinktest", topic_prefix=topic_prefix) as sink:
         for w in range(WINDOWS):
             for node in nodes:
-                await sink.send("regimes.v1", node, _label(node, 1_700_000_000_000 + 1000 * w), None)
+                await sink.send(REGIMES_TOPIC, node, _label(node, 1_700_000_000_000 + 1000 * w), None)
         assert sink.produced == NODES * WINDOWS
         await sink.push()  # handed over: the broker gets them without a flush
         seen = await consume(kafka_bootstrap, topic, NODES * WINDOWS)
@@ -59,10 +60,10 @@ async def test_batched_outputs_land_on_the_producers_partition_in_order(kafka_bo
 
     by_node: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
     for r in seen:
-        label = decode(RegimeLabel, r.value)
+        label = decode(RegimeLabelV2, r.value)
         assert r.key == label.node.encode()
         assert r.partition == chosen[r.key], f"{label.node} on {r.partition}, send() picks {chosen[r.key]}"
-        assert list(r.headers) == build_headers("regimes.v1")
+        assert list(r.headers) == build_headers(REGIMES_TOPIC)
         assert r.timestamp > 1_700_000_000_000  # stamped when appended
         by_node[r.key].append((r.offset, label.ts_ms))
     assert len(by_node) == NODES
@@ -103,7 +104,7 @@ async def test_a_large_value_goes_alone_and_keeps_its_place(kafka_bootstrap: str
 
 async def test_a_full_batch_is_handed_over_while_sending(kafka_bootstrap: str, topic_prefix: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    topic = f"{topic_prefix}regimes.v1"
+    topic = f"{topic_prefix}{REGIMES_TOPIC}"
     async with Sink(bootstrap=kafka_bootstrap, service="sinktest", topic_prefix=topic_prefix) as sink:
         sent: list[int] = []
         submit = sink._submit
@@ -115,10 +116,10 @@ async def test_a_full_batch_is_handed_over_while_sending(kafka_bootstrap: str, t
         monkeypatch.setattr(sink, "_submit", counting)
         count = 3000  # ~300 B each: several 256 kB batches for one key
         for i in range(count):
-            await sink.send("regimes.v1", "one-node", _label("one-node", 1_700_000_000_000 + i), None)
+            await sink.send(REGIMES_TOPIC, "one-node", _label("one-node", 1_700_000_000_000 + i), None)
         assert len(sent) >= 2 and sum(sent) < count, f"full batches handed over while sending: {sent}"
         await sink.flush()
         assert sum(sent) == count
     records = await consume(kafka_bootstrap, topic, count)
-    assert [decode(RegimeLabel, r.value).ts_ms for r in sorted(records, key=lambda r: r.offset)] == \
+    assert [decode(RegimeLabelV2, r.value).ts_ms for r in sorted(records, key=lambda r: r.offset)] == \
         [1_700_000_000_000 + i for i in range(count)]

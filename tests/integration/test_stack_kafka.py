@@ -26,4 +26,6 @@ def test_topics_match_the_registry(kafka_bootstrap: str) -> None:
     done = borgctl("topics")
     assert done.returncode == 0, done.stdout
     assert "MISSING" not in done.stdout and "DIFFERS" not in done.stdout
-    assert "regimes.v1                      6  compact" in done.stdout
+    assert "regimes.v1                      6  compact" in done.stdout  # read-only, still registered
+    assert "regimes.v2                      6  compact" in done.stdout
+    assert "risk.v2                         6  compact" in done.stdout

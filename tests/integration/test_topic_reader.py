@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from aiokafka import ConsumerRecord
 
+from contracts.topics import REGIMES_TOPIC
 from services.runtime.topic_reader import Outcome, TopicReader
 from tests.conftest import broker_topics, wait_until
 from tests.kafka_helpers import produce_raw
 
 pytestmark = pytest.mark.integration
-TOPIC = "regimes.v1"  # any registry topic: the topic_prefix fixture creates them all
+TOPIC = REGIMES_TOPIC  # any registry topic: the topic_prefix fixture creates them all
 
 
 class Applied:

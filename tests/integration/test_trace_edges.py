@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from contracts import Decision, decode
+from contracts.topics import REGIMES_TOPIC
 from tests.conftest import ROOT, wait_until
 from tests.kafka_helpers import drain
 
@@ -33,7 +34,7 @@ NODES = 8
 EXPECTED_EDGES: list[tuple[str, str, str]] = [
     ("replay", "features", "nodestate.v1"),
     ("features", "regime", "features.v1"),
-    ("regime", "agent-admission", "regimes.v1"),
+    ("regime", "agent-admission", REGIMES_TOPIC),
     ("agent-admission", "referee", "proposals.v1"),
 ]
 # Spans the referee itself must record inside the decision's trace.
@@ -189,7 +190,7 @@ async def test_decision_trace_has_every_edge(
         except AssertionError as exc:
             # where the chain stopped: records per hop, and decisions that chose nothing
             counts = {base: len(await drain(kafka_bootstrap, f"{topic_prefix}{base}"))
-                      for base in ("nodestate.v1", "features.v1", "regimes.v1", "proposals.v1", "decisions.v1")}
+                      for base in ("nodestate.v1", "features.v1", REGIMES_TOPIC, "proposals.v1", "decisions.v1")}
             reasons = [decode(Decision, r.value).reason
                        for r in await drain(kafka_bootstrap, f"{topic_prefix}decisions.v1")][:5]
             logs = {name: (tmp_path / f"{name}.log").read_text(errors="replace")[-2000:] for name in SERVICES}

@@ -50,6 +50,15 @@ def test_training_writes_a_versioned_model_and_points_current_at_it(trained: tup
         m = card["metrics"]["horizons"][horizon]
         assert {"aucpr", "roc_auc", "precision_at_k", "recall_at_fpr_0.05"} <= set(m["model"])
         assert set(m["baselines"]) == {"positive_rate", "priority_class_lr", "failed_before"}
+        table = card["calibration"]["horizons"][horizon]  # fitted on the training tail, applied by serving
+        assert len(table["x"]) == len(table["y"]) >= 2 and table["y"] == sorted(table["y"])
+        assert table["y"][0] >= 0.0 and table["y"][-1] <= 1.0
+        assert card["calibration"]["reliability_test_window"][horizon]["table"]
+    ranges = card["input_ranges"]
+    unused = set(card["features"]["unused_by_the_trees"])
+    assert ranges and not unused & set(ranges) and set(ranges) <= set(TASK_FEATURE_NAMES)
+    assert all(lo <= hi for lo, hi in ranges.values())
+    assert ranges["priority"][0] >= 0 and ranges["priority"][1] <= 11
 
 
 def test_eval_on_the_training_files_scores_only_the_held_out_window(trained: tuple[Path, Path]) -> None:

@@ -156,6 +156,7 @@ async def test_pod_lifecycle_becomes_borg_events_and_queue_state(
         assert (sample.job_id, sample.machine, sample.source, sample.priority) == ("web", worker, "kubernetes", 0)
         assert sample.cpu_request == pytest.approx(0.01)
         assert sample.memory_request == pytest.approx(32 / 1024)
+        assert sample.scheduling_class == 1  # the API server's qosClass Burstable, on the Borg scale
         # Replacements made by the ReplicaSet are new tasks of the same job.
         replacements = [t for t in events if t.startswith("web-") and t not in web]
         assert replacements

@@ -9,32 +9,34 @@ import pytest
 
 from contracts.base import Contract
 from contracts.models import (
+    AbstainReason,
     AnomalyScore,
     ClusterState,
     DeploymentState,
-    FailureRisk,
+    FailureRiskV2,
     HorizonRisk,
     NodeState,
-    RegimeLabel,
+    RegimeLabelV2,
     TaskEvent,
 )
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.agents import admission_policy, efficiency_policy, reliability_policy
 from services.agents.settings import AdmissionSettings, EfficiencySettings, ReliabilitySettings
 from services.agents.view import ClusterView
 
 NOW = 1_750_000_000_000
 TOPIC = {
-    RegimeLabel: "regimes.v1",
+    RegimeLabelV2: REGIMES_TOPIC,
     AnomalyScore: "anomalies.v1",
-    FailureRisk: "risk.v1",
+    FailureRiskV2: RISK_TOPIC,
     NodeState: "nodestate.v1",
     ClusterState: "clusterstate.v1",
     TaskEvent: "taskevents.v1",
 }
 
 
-def regime(node: str, name: str = "none", conf: float = 0.9, worst: float = 1.0, ts: int = NOW) -> RegimeLabel:
-    return RegimeLabel(
+def regime(node: str, name: str = "none", conf: float = 0.9, worst: float = 1.0, ts: int = NOW) -> RegimeLabelV2:
+    return RegimeLabelV2(
         node=node,
         ts_ms=ts,
         regime=name,  # type: ignore[arg-type]
@@ -47,17 +49,37 @@ def regime(node: str, name: str = "none", conf: float = 0.9, worst: float = 1.0,
     )
 
 
+def unknown(node: str, reasons: tuple[AbstainReason, ...] = ("counters_missing",), ts: int = NOW) -> RegimeLabelV2:
+    """The regime stage abstained on the node's window (regimes.v2)."""
+    return RegimeLabelV2(
+        node=node,
+        ts_ms=ts,
+        regime="unknown",
+        confidence=0.0,
+        raw_regime="unknown",
+        changed=False,
+        interference={},
+        abstain=list(reasons),
+        ood_score=None,
+        model_version="m1",
+        input_ts_ms=ts - 5,
+    )
+
+
 def anomaly(node: str, score: float, flagged: bool, ts: int = NOW) -> AnomalyScore:
     return AnomalyScore(
         node=node, ts_ms=ts, score=score, is_anomaly=flagged, threshold=0.6, model_version="m1", input_ts_ms=ts
     )
 
 
-def risk(target: str, p: float, kind: str = "node", ts: int = NOW) -> FailureRisk:
-    return FailureRisk(
+def risk(target: str, p: float, kind: str = "node", ts: int = NOW, in_range: bool = True) -> FailureRiskV2:
+    """A risk.v2 record; ``in_range=False``: a task input (task risk) or an aggregated task (node risk) out of range."""
+    return FailureRiskV2(
         target_kind=kind,  # type: ignore[arg-type]
         target=target,
         ts_ms=ts,
+        out_of_range=[] if in_range or kind == "node" else ["cpu_request"],
+        tasks_out_of_range=0 if in_range or kind == "task" else 1,
         model_version="m1",
         input_ts_ms=ts - 7,
         horizons=[HorizonRisk(horizon_s=300, probability=p / 2), HorizonRisk(horizon_s=3600, probability=p)],
@@ -211,6 +233,31 @@ RELIABILITY = [
         ],
         [],
     ),
+    Case(
+        "out-of-range task risk alone: nothing",
+        [
+            queue("ns", deps=[dep("ns", "web", 3, 3)]),
+            task("web-1", "web", "n1"),
+            risk("ns/web-1", 0.95, kind="task", in_range=False),
+        ],
+        [],
+    ),
+    Case(
+        "out-of-range node risk alone: nothing",
+        [queue("ns", deps=[dep("ns", "web", 3, 3)]), task("web-1", "web", "n1"), risk("n1", 0.95, in_range=False)],
+        [],
+    ),
+    Case(
+        "out-of-range task risk, in-range node risk at threshold: the node's risk replicates",
+        [
+            queue("ns", deps=[dep("ns", "web", 3, 3)]),
+            task("web-1", "web", "n1"),
+            risk("ns/web-1", 0.99, kind="task", in_range=False),
+            risk("n1", 0.7),
+        ],
+        [("replicate", WEB, {"replicas": 4, "tasks_at_risk": 1})],
+        score=0.7,
+    ),
     Case("scaled to zero on purpose: nothing", [queue("ns", deps=[dep("ns", "web", 0, 0)])], []),
     Case(
         "stale inputs are ignored",
@@ -283,6 +330,43 @@ EFFICIENCY = [
         [("memory_balloon", "Pod/ns/db-0", {"memory_request_mib": 409, "from_mib": 512})],
     ),
     Case(
+        "unknown regime is no information: not calm, no consolidation",
+        [unknown("n9"), usage("n9", 0.04, 0.1), queue(None, ready_nodes=4)],
+        [],
+    ),
+    Case(
+        "unknown regime (out of distribution): no scale in",
+        [
+            unknown("n1", ("out_of_distribution",)),
+            usage("n1", 0.1, 0.2),
+            anomaly("n1", 0.1, False),
+            queue("ns", deps=[dep("ns", "web", 3, 3)]),
+            task("web-1", "web", "n1"),
+        ],
+        [],
+        settings={"consolidate_cpu_util": 0.05},
+    ),
+    Case(
+        "unknown regime: no balloon",
+        [unknown("n1", ("low_confidence",)), usage("n1", 0.5, 0.2), task("db-0", "db", "n1", mem=0.5)],
+        [],
+    ),
+    Case(
+        "calm label after an unknown one: calm again",
+        [unknown("n9", ts=NOW - 1000), regime("n9"), usage("n9", 0.04, 0.1), queue(None, ready_nodes=4)],
+        [("consolidate", "Node/_/n9", {"running_tasks": 0})],
+    ),
+    Case(
+        "out-of-range high node risk is ignored: it does not block consolidation",
+        [regime("n9"), usage("n9", 0.04, 0.1), risk("n9", 0.9, in_range=False), queue(None, ready_nodes=4)],
+        [("consolidate", "Node/_/n9", {"running_tasks": 0})],
+    ),
+    Case(
+        "in-range high node risk: not calm, no consolidation",
+        [regime("n9"), usage("n9", 0.04, 0.1), risk("n9", 0.9), queue(None, ready_nodes=4)],
+        [],
+    ),
+    Case(
         "request at the floor: no balloon",
         [regime("n1"), usage("n1", 0.5, 0.2), task("db-0", "db", "n1", mem=64 / 1024)],
         [],
@@ -321,6 +405,43 @@ ADMISSION = [
         "risky task on a severely contended node: evict it (and taint the node)",
         [regime("n1", "membw", conf=0.9, worst=3.0), task("web-1", "web", "n1"), risk("ns/web-1", 0.9, kind="task")],
         [("evict", "Pod/ns/web-1", {"node": "n1"}), ("taint", "Node/_/n1", {"effect": "NoSchedule"})],
+    ),
+    Case("unknown regime: no taint", [unknown("n1")], []),
+    Case(
+        "unknown after a contended label: the newer unknown wins, no taint",
+        [regime("n1", "membw", conf=0.9, worst=3.0, ts=NOW - 1000), unknown("n1")],
+        [],
+    ),
+    Case(
+        "unknown regime, anomalous: the anomaly score of an unjudgeable window is not acted on",
+        [unknown("n1", ("out_of_distribution",)), anomaly("n1", 0.7, True)],
+        [],
+    ),
+    Case(
+        "unknown regime, very anomalous: no cordon either",
+        [unknown("n1"), anomaly("n1", 0.99, True)],
+        [],
+    ),
+    Case(
+        "unknown regime, in-range risk about to fail: cordon on the risk",
+        [unknown("n1"), risk("n1", 0.95)],
+        [("cordon", "Node/_/n1", {})],
+        score=0.95,
+    ),
+    Case(
+        "risky task on an unknown node: no evict, no taint",
+        [unknown("n1"), task("web-1", "web", "n1"), risk("ns/web-1", 0.95, kind="task")],
+        [],
+    ),
+    Case("out-of-range node risk alone: no cordon", [risk("n1", 0.99, in_range=False)], []),
+    Case(
+        "out-of-range task risk on a severely contended node: taint only, no evict",
+        [
+            regime("n1", "membw", conf=0.9, worst=3.0),
+            task("web-1", "web", "n1"),
+            risk("ns/web-1", 0.95, kind="task", in_range=False),
+        ],
+        [("taint", "Node/_/n1", {"effect": "NoSchedule"})],
     ),
     Case(
         "critical queue: hold admission, throttle what is pending",
@@ -386,3 +507,23 @@ def test_terminal_task_event_forgets_the_task() -> None:
     assert "ns/web-1" not in view.task_risk
     assert scope.nodes == {"n1"}
     assert view.tasks_on("n1") == []
+
+
+def test_out_of_range_risk_is_never_cited() -> None:
+    """Ignored means ignored: a consolidation next to an out-of-range risk cites no risk at all."""
+    inputs = [regime("n9"), usage("n9", 0.04, 0.1), risk("n9", 0.2, in_range=False), queue(None, ready_nodes=4)]
+    view = view_of(*inputs)
+    got = efficiency_policy.evaluate(view, EfficiencySettings(), view.everything(), NOW)
+    assert [c.proposal.kind for c in got] == ["consolidate"]
+    assert RISK_TOPIC not in {e.topic for e in got[0].proposal.evidence}
+    in_range = view_of(*inputs[:2], risk("n9", 0.2), inputs[3])
+    cited = efficiency_policy.evaluate(in_range, EfficiencySettings(), in_range.everything(), NOW)
+    assert RISK_TOPIC in {e.topic for e in cited[0].proposal.evidence}
+
+
+def test_unknown_regime_is_stored_and_cited_nowhere() -> None:
+    """The view keeps the unknown label (it replaces the older one); no proposal cites it."""
+    view = view_of(regime("n1", "llc", worst=1.8, ts=NOW - 1000), unknown("n1"), anomaly("n1", 0.7, True))
+    assert view.regimes["n1"].value.regime == "unknown"
+    for module, settings in ((admission_policy, AdmissionSettings()), (efficiency_policy, EfficiencySettings())):
+        assert module.evaluate(view, settings, view.everything(), NOW) == []  # type: ignore[attr-defined]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from contracts.topics import REGIMES_TOPIC
 from services.agents import admission_policy, reliability_policy
 from services.agents.settings import AdmissionSettings, ReliabilitySettings
 from services.agents.wiring import Agent
-from tests.unit.test_agents_policies import NOW, dep, queue, regime
+from tests.unit.test_agents_policies import NOW, dep, queue, regime, unknown
 
 
 class Clock:
@@ -34,6 +35,14 @@ def test_unchanged_proposal_is_not_resent_until_repropose_period() -> None:
 
 def test_only_the_targets_an_input_touches_are_evaluated() -> None:
     agent = Agent("admission", AdmissionSettings(), admission_policy.evaluate, Clock())
-    agent.observe("regimes.v1", "n1", regime("n1", "llc", worst=1.8))
+    agent.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))
     # A second node's calm regime must not re-emit n1's taint.
-    assert agent.observe("regimes.v1", "n2", regime("n2")) == []
+    assert agent.observe(REGIMES_TOPIC, "n2", regime("n2")) == []
+
+
+def test_a_node_turning_unknown_gets_no_taint_proposal() -> None:
+    """The live VM node without hardware counters: its unknown label makes the admission agent say nothing."""
+    agent = Agent("admission", AdmissionSettings(repropose_s=0), admission_policy.evaluate, Clock())
+    assert [c.proposal.kind for c in agent.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))] == ["taint"]
+    assert agent.observe(REGIMES_TOPIC, "n1", unknown("n1", ts=NOW + 1)) == []
+    assert agent.observe(REGIMES_TOPIC, "n2", unknown("n2")) == []

@@ -12,6 +12,7 @@ import aiohttp
 import orjson
 import pytest
 
+from contracts.topics import REGIMES_TOPIC
 from services.dashboard.server import STATIC, DashboardServer
 from services.dashboard.settings import DashboardSettings
 from services.dashboard.state import DashboardState, StateConfig
@@ -106,7 +107,7 @@ async def read_event(stream: aiohttp.StreamReader) -> tuple[str, Any]:
 
 async def test_event_stream_sends_snapshot_then_only_changes(served: tuple[DashboardServer, str]) -> None:
     server, base = served
-    server.state.apply("regimes.v1", regime("n1", "none", T0))
+    server.state.apply(REGIMES_TOPIC, regime("n1", "none", T0))
     async with aiohttp.ClientSession() as http, http.get(f"{base}/events") as r:
         assert r.headers["Content-Type"] == "text/event-stream"
         kind, snap = await read_event(r.content)

@@ -13,12 +13,13 @@ from contracts.models import (
     ClusterState,
     Decision,
     DeploymentState,
-    FailureRisk,
+    FailureRiskV2,
     HorizonRisk,
     Proposal,
-    RegimeLabel,
+    RegimeLabelV2,
     TargetRef,
 )
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.dashboard.clusters import compare
 from services.dashboard.decisions import Intent
 from services.dashboard.series import RateWindow, Series
@@ -55,8 +56,8 @@ def result(did: str = "d-1", outcome: str = "applied", ts: int = T0 + 50) -> Act
                         message="patched", api_status=200)
 
 
-def regime(node: str, label: str, ts: int) -> RegimeLabel:
-    return RegimeLabel(node=node, ts_ms=ts, regime=label, confidence=0.9, raw_regime=label, changed=False,  # type: ignore[arg-type]
+def regime(node: str, label: str, ts: int) -> RegimeLabelV2:
+    return RegimeLabelV2(node=node, ts_ms=ts, regime=label, confidence=0.9, raw_regime=label, changed=False,  # type: ignore[arg-type]
                        interference={"cpu_bound": 1.1, "llc_sensitive": 1.8}, model_version="m1", input_ts_ms=ts)
 
 
@@ -65,10 +66,16 @@ def anomaly(node: str, score: float, ts: int) -> AnomalyScore:
                         input_ts_ms=ts)
 
 
-def node_risk(node: str, p: float, ts: int) -> FailureRisk:
+def node_risk(node: str, p: float, ts: int, out_of_range: int = 0) -> FailureRiskV2:
     horizons = [HorizonRisk(horizon_s=300, probability=p / 2), HorizonRisk(horizon_s=60, probability=p)]
-    return FailureRisk(target_kind="node", target=node, node=node, ts_ms=ts, model_version="m1", input_ts_ms=ts,
-                       horizons=horizons)
+    return FailureRiskV2(target_kind="node", target=node, node=node, ts_ms=ts, model_version="m1", input_ts_ms=ts,
+                         horizons=horizons, tasks=4, tasks_out_of_range=out_of_range)
+
+
+def unknown(node: str, ts: int) -> RegimeLabelV2:
+    return RegimeLabelV2(node=node, ts_ms=ts, regime="unknown", confidence=0.0, raw_regime="unknown", changed=True,
+                         interference={}, abstain=["counters_missing", "out_of_distribution"], ood_score=2.345,
+                         model_version="m1", input_ts_ms=ts)
 
 
 def cluster(ts: int, desired: int, ready: int | None = None) -> ClusterState:
@@ -136,10 +143,10 @@ def test_log_is_bounded_and_newest_first(state: DashboardState) -> None:
 
 def test_node_latest_values_histories_and_staleness(state: DashboardState) -> None:
     for i, label in enumerate(["none", "llc", "membw"]):
-        state.apply("regimes.v1", regime("n1", label, T0 + i * 2000))
+        state.apply(REGIMES_TOPIC, regime("n1", label, T0 + i * 2000))
         state.apply("anomalies.v1", anomaly("n1", 0.1 * (i + 1), T0 + i * 2000))
-    state.apply("risk.v1", node_risk("n1", 0.6, T0))
-    state.apply("regimes.v1", regime("n2", "core", T0 - 120_000))
+    state.apply(RISK_TOPIC, node_risk("n1", 0.6, T0))
+    state.apply(REGIMES_TOPIC, regime("n2", "core", T0 - 120_000))
     snap = state.snapshot(T0 + 5000)
     nodes = {n["node"]: n for n in snap["nodes"]}
     n1 = nodes["n1"]
@@ -159,26 +166,48 @@ def test_node_latest_values_histories_and_staleness(state: DashboardState) -> No
     assert not later["n1"]["stale"]
 
 
+def test_unknown_regime_and_out_of_range_risk_are_shown_as_such(state: DashboardState) -> None:
+    state.apply(REGIMES_TOPIC, regime("n1", "llc", T0))
+    state.apply(REGIMES_TOPIC, unknown("n1", T0 + 1000))
+    state.apply(RISK_TOPIC, node_risk("n1", 0.9, T0, out_of_range=2))
+    state.apply(RISK_TOPIC, node_risk("n2", 0.3, T0))
+    snap = state.snapshot(T0 + 1000)
+    nodes = {n["node"]: n for n in snap["nodes"]}
+    n1 = nodes["n1"]
+    assert n1["regime"]["label"] == "unknown"
+    assert n1["regime"]["abstain"] == ["counters_missing", "out_of_distribution"]
+    assert n1["regime"]["ood_score"] == 2.345
+    assert (n1["regime"]["worst_class"], n1["regime"]["slowdown"]) == (None, 1.0)  # no interference claimed
+    assert n1["series"]["regime"]["v"] == [1, 5]  # llc, then unknown (after the five regimes)
+    assert (n1["risk"]["in_range"], n1["risk"]["tasks_out_of_range"], n1["risk"]["tasks"]) == (False, 2, 4)
+    assert n1["risk"]["max"] == 0.9  # shown, flagged
+    assert (nodes["n2"]["risk"]["in_range"], nodes["n2"]["regime"]) == (True, None)
+    assert (snap["counts"]["unknown_nodes"], snap["counts"]["risk_out_of_range"]) == (1, 1)
+    state.apply(REGIMES_TOPIC, regime("n1", "none", T0 + 2000))
+    assert state.snapshot(T0 + 2000)["counts"]["unknown_nodes"] == 0
+    assert state.snapshot(T0 + 2000)["nodes"][0]["regime"]["abstain"] == []
+
+
 def test_older_message_does_not_replace_latest_value(state: DashboardState) -> None:
-    state.apply("regimes.v1", regime("n1", "llc", T0 + 1000))
-    state.apply("regimes.v1", regime("n1", "none", T0))
+    state.apply(REGIMES_TOPIC, regime("n1", "llc", T0 + 1000))
+    state.apply(REGIMES_TOPIC, regime("n1", "none", T0))
     (n1,) = state.snapshot(T0)["nodes"]
     assert n1["regime"]["label"] == "llc"
 
 
 def test_task_risk_is_not_a_node_signal(state: DashboardState) -> None:
-    task = FailureRisk(target_kind="task", target="shop/web-1", node="n1", ts_ms=T0, model_version="m1",
+    task = FailureRiskV2(target_kind="task", target="shop/web-1", node="n1", ts_ms=T0, model_version="m1",
                        input_ts_ms=T0, horizons=[HorizonRisk(horizon_s=60, probability=0.9)])
-    state.apply("risk.v1", task)
+    state.apply(RISK_TOPIC, task)
     assert state.snapshot(T0)["nodes"] == []
     assert state.snapshot(T0)["counts"]["ignored"] == 1
 
 
 def test_tombstones_remove_signals_then_the_node(state: DashboardState) -> None:
-    state.apply("regimes.v1", regime("n1", "llc", T0))
+    state.apply(REGIMES_TOPIC, regime("n1", "llc", T0))
     state.apply("anomalies.v1", anomaly("n1", 0.2, T0))
     v = state.version
-    state.forget("regimes.v1", "n1")
+    state.forget(REGIMES_TOPIC, "n1")
     (n1,) = state.snapshot(T0)["nodes"]
     assert n1["regime"] is None
     (n1,) = state.snapshot(T0, since=v)["nodes"]
@@ -213,7 +242,7 @@ def test_series_buckets_keep_the_window_and_spikes() -> None:
 
 def test_diff_holds_only_what_changed(state: DashboardState) -> None:
     for i in range(300):
-        state.apply("regimes.v1", regime(f"n{i:03d}", "none", T0))
+        state.apply(REGIMES_TOPIC, regime(f"n{i:03d}", "none", T0))
     state.apply("decisions.v1", decision())
     full = state.snapshot(T0)
     assert full["type"] == "snapshot"
@@ -221,7 +250,7 @@ def test_diff_holds_only_what_changed(state: DashboardState) -> None:
     assert "config" in full
     assert "cluster" in full
     v = full["version"]
-    state.apply("regimes.v1", regime("n007", "llc", T0 + 3000))
+    state.apply(REGIMES_TOPIC, regime("n007", "llc", T0 + 3000))
     diff = state.snapshot(T0 + 3000, since=v)
     assert diff["type"] == "diff"
     assert [n["node"] for n in diff["nodes"]] == ["n007"]
@@ -331,11 +360,11 @@ def test_dead_letters_counted_with_their_errors(state: DashboardState) -> None:
 
 
 def test_undecodable_records_are_counted(state: DashboardState) -> None:
-    state.bad("regimes.v1", "RegimeLabel: invalid JSON")
+    state.bad(REGIMES_TOPIC, "RegimeLabelV2: invalid JSON")
     p = state.snapshot(T0)["pipeline"]
     (t,) = p["topics"]
-    assert (t["topic"], t["read"], t["bad"]) == ("regimes.v1", 1, 1)
-    assert p["reader"]["last_bad"] == ["regimes.v1: RegimeLabel: invalid JSON"]
+    assert (t["topic"], t["read"], t["bad"]) == (REGIMES_TOPIC, 1, 1)
+    assert p["reader"]["last_bad"] == [f"{REGIMES_TOPIC}: RegimeLabelV2: invalid JSON"]
 
 
 def test_snapshot_is_json_and_carries_the_jaeger_base(state: DashboardState) -> None:

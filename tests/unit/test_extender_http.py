@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from contracts import telemetry as names
-from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRisk, HorizonRisk, RegimeLabel, RegimeName
+from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
 from services.runtime.settings import SettingsError, load_settings
 from services.scheduler_extender.extender import Extender
 from services.scheduler_extender.main import build, scoring_config
@@ -82,7 +82,7 @@ def feed(
 ) -> None:
     ts = int(NOW - age_s * 1000)
     store.apply(
-        RegimeLabel(
+        RegimeLabelV2(
             node=node,
             ts_ms=ts,
             regime=regime,
@@ -102,7 +102,7 @@ def feed(
         NOW,
     )
     store.apply(
-        FailureRisk(
+        FailureRiskV2(
             target_kind="node",
             target=node,
             ts_ms=ts,

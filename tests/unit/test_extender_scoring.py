@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRisk, HorizonRisk, RegimeLabel, RegimeName
+from contracts.models import (
+    WORKLOAD_CLASSES,
+    AbstainReason,
+    AnomalyScore,
+    FailureRiskV2,
+    HorizonRisk,
+    RegimeLabelV2,
+    RegimeName,
+)
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.scheduler_extender.scoring import (
     CLASS_INDEX,
     NodeCard,
@@ -35,9 +44,9 @@ def regime(
     confidence: float = 0.9,
     age_s: float = 0.0,
     node: str = "n1",
-) -> RegimeLabel:
+) -> RegimeLabelV2:
     ts = int(NOW - age_s * 1000)
-    return RegimeLabel(
+    return RegimeLabelV2(
         node=node,
         ts_ms=ts,
         regime=name,
@@ -45,6 +54,26 @@ def regime(
         raw_regime=name,
         changed=False,
         interference=MEMBW if interference is None else interference,
+        model_version="m1",
+        input_ts_ms=ts,
+    )
+
+
+def unknown(
+    reasons: tuple[AbstainReason, ...] = ("counters_missing",), *, age_s: float = 0.0, node: str = "n1"
+) -> RegimeLabelV2:
+    """The regime stage abstained (regimes.v2)."""
+    ts = int(NOW - age_s * 1000)
+    return RegimeLabelV2(
+        node=node,
+        ts_ms=ts,
+        regime="unknown",
+        confidence=0.0,
+        raw_regime="unknown",
+        changed=False,
+        interference={},
+        abstain=list(reasons),
+        ood_score=1.7 if "out_of_distribution" in reasons else None,
         model_version="m1",
         input_ts_ms=ts,
     )
@@ -58,14 +87,21 @@ def anomaly(score: float, *, age_s: float = 0.0, node: str = "n1") -> AnomalySco
 
 
 def risk(
-    p: float | dict[int, float], *, age_s: float = 0.0, node: str = "n1", kind: Literal["task", "node"] = "node"
-) -> FailureRisk:
+    p: float | dict[int, float],
+    *,
+    age_s: float = 0.0,
+    node: str = "n1",
+    kind: Literal["task", "node"] = "node",
+    in_range: bool = True,
+) -> FailureRiskV2:
     ts = int(NOW - age_s * 1000)
     horizons = p if isinstance(p, dict) else {600: p}
-    return FailureRisk(
+    return FailureRiskV2(
         target_kind=kind,
         target=node,
         ts_ms=ts,
+        tasks=3,
+        tasks_out_of_range=0 if in_range else 1,
         model_version="m1",
         input_ts_ms=ts,
         horizons=[HorizonRisk(horizon_s=h, probability=v) for h, v in horizons.items()],
@@ -212,6 +248,36 @@ CASES = [
         7,
         None,
     ),
+    # unknown regime = no regime at all: 0.5 * 0.6 = 0.3 -> 7, as the stale case above
+    Case(
+        "unknown regime is neutral: the score of no regime, never filtered",
+        NodeInputs.of(unknown(), anomaly(0.0), risk(0.0)),
+        "memory_bound",
+        7,
+        None,
+    ),
+    Case(
+        "unknown regime (out of distribution) is neutral for every class",
+        NodeInputs.of(unknown(("out_of_distribution", "low_confidence")), anomaly(0.0), risk(0.0)),
+        "frontend_bound",
+        7,
+        None,
+    ),
+    # out-of-range risk = no risk: 0.5 * 0.25 = 0.125 -> 8.75 -> 9, never filtered
+    Case(
+        "out-of-range node risk is ignored: no filter, neutral risk penalty",
+        NodeInputs.of(regime(CALM, name="none"), anomaly(0.0), risk(0.95, in_range=False)),
+        "cpu_bound",
+        9,
+        None,
+    ),
+    Case(
+        "out-of-range low risk is not a bonus either",
+        NodeInputs.of(regime(CALM, name="none"), anomaly(0.0), risk(0.0, in_range=False)),
+        "cpu_bound",
+        9,
+        None,
+    ),
     Case(
         "slowdown-only weights: score is the slowdown alone",
         NodeInputs.of(regime(), anomaly(0.99), risk(0.99)),
@@ -297,6 +363,33 @@ def test_score_bounded_and_monotonic_in_slowdown(s1: float, s2: float, a: float,
         assert card_high.reasons[ci] is not None  # worse never passes where better failed
 
 
+@given(
+    a=st.none() | PROB,
+    p=st.none() | PROB,
+    reasons=st.sets(st.sampled_from(["counters_missing", "out_of_distribution", "low_confidence"]), min_size=1),
+)
+def test_unknown_regime_scores_exactly_as_no_regime(a: float | None, p: float | None, reasons: set[str]) -> None:
+    """Never penalised, never preferred: every class gets the score and verdict of a node with no regime."""
+    others = (anomaly(a) if a is not None else None, risk(p) if p is not None else None)
+    with_unknown = evaluate(NodeInputs.of(unknown(tuple(sorted(reasons))), *others), CFG, NOW)  # type: ignore[arg-type]
+    without = evaluate(NodeInputs.of(None, *others), CFG, NOW)
+    assert with_unknown.scores == without.scores
+    assert with_unknown.reasons == without.reasons
+    assert with_unknown.penalties == without.penalties
+    assert with_unknown.regime_status == "abstained"
+    assert with_unknown.known == without.known
+
+
+@given(p=PROB, a=st.none() | PROB)
+def test_out_of_range_risk_scores_exactly_as_no_risk(p: float, a: float | None) -> None:
+    others = (regime(CALM, name="none"), anomaly(a) if a is not None else None)
+    ignored = evaluate(NodeInputs.of(*others, risk(p, in_range=False)), CFG, NOW)
+    without = evaluate(NodeInputs.of(*others, None), CFG, NOW)
+    assert (ignored.scores, ignored.reasons, ignored.penalties) == (without.scores, without.reasons, without.penalties)
+    assert ignored.risk_status == "out_of_range"
+    assert ignored.risk == p  # still shown (the debug endpoint and spans say it was ignored)
+
+
 def test_config_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="max_slowdown"):
         ScoringConfig(max_slowdown=1.0)
@@ -320,13 +413,52 @@ def test_store_keeps_latest_by_timestamp_and_ignores_task_risk() -> None:
     assert store.nodes() == ["n1"]
 
 
+def test_store_newer_unknown_replaces_a_contended_label() -> None:
+    """A node whose model now abstains is no longer filtered for its old label; the card says why."""
+    store = NodeStateStore(CFG)
+    ci = CLASS_INDEX["memory_bound"]
+    store.apply(regime(MEMBW, age_s=10), NOW)
+    assert store.verdicts(["n1"], ci, NOW)[1] == ["borg-orchestrator: predicted memory_bound slowdown at or over 1.50"]
+    assert store.apply(unknown(("counters_missing",), age_s=5), NOW) == "n1"
+    card = store.card("n1", NOW)
+    assert store.verdicts(["n1"], ci, NOW)[1] == [None]
+    assert card.scores == store.unknown.scores
+    assert (card.regime, card.regime_status, card.abstain, card.known) == (
+        "unknown",
+        "abstained",
+        ("counters_missing",),
+        False,
+    )
+    assert card.explain(ci)["regime"] == {
+        "value": "unknown",
+        "confidence": 0.0,
+        "status": "abstained",
+        "age_ms": 5000,
+        "abstain": ["counters_missing"],
+    }
+    assert "regime=unknown(counters_missing)" in card.summaries[ci]
+    # the abstained label turns stale like any other input
+    assert store.card("n1", NOW + CFG.staleness_ms).regime_status == "stale"
+
+
+def test_store_out_of_range_risk_replaces_an_in_range_one() -> None:
+    store = NodeStateStore(CFG)
+    store.apply(risk(0.95, age_s=10), NOW)
+    assert store.verdicts(["n1"], 0, NOW)[1][0] is not None
+    store.apply(risk(0.95, age_s=5, in_range=False), NOW)
+    card = store.card("n1", NOW)
+    assert store.verdicts(["n1"], 0, NOW)[1] == [None]
+    assert (card.risk_status, card.known) == ("out_of_range", False)
+    assert "risk=out_of_range(0.95,ignored)" in card.summaries[0]
+
+
 def test_store_tombstones_drop_one_input() -> None:
     store = NodeStateStore(CFG)
     store.apply(regime(), NOW)
     store.apply(risk(0.95), NOW)
-    assert store.forget("risk.v1", "n1", NOW)
+    assert store.forget(RISK_TOPIC, "n1", NOW)
     assert store.card("n1", NOW).risk_status == "missing"
-    assert store.forget("regimes.v1", "n1", NOW)
+    assert store.forget(REGIMES_TOPIC, "n1", NOW)
     assert len(store) == 0
     assert store.card("n1", NOW) == store.unknown
     assert not store.forget("anomalies.v1", "n1", NOW)

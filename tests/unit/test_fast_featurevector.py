@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 import contracts.fast_featurevector as fast
-from contracts import AnomalyScore, FeatureVector, RegimeLabel, decode
+from contracts import AnomalyScore, FeatureVector, RegimeLabel, RegimeLabelV2, decode
 from contracts.base import MAX_TS_MS, MIN_TS_MS, Contract
 from contracts.fast_featurevector import FeatureRow, assembler, decode_feature_row, row_of
 from featurelib.node_features import N_FEATURES, features_for_stream, node_feature_schema_hash, sample_from_dict
@@ -267,7 +267,10 @@ def test_assembled_outputs_equal_validated_ones() -> None:
              "interference": {"cpu_bound": 1.0, "llc_sensitive": 2.5}, "model_version": "r1", "input_ts_ms": TS - 1}
     score = {"node": "n1", "ts_ms": TS, "score": 0.5, "is_anomaly": False, "threshold": 0.75, "model_version": "a1",
              "input_ts_ms": TS - 1}
-    for model, fields in ((RegimeLabel, label), (AnomalyScore, score)):
+    unknown = {"node": "n1", "ts_ms": TS, "regime": "unknown", "confidence": 0.0, "raw_regime": "unknown",
+               "changed": True, "interference": {}, "abstain": ["counters_missing"], "ood_score": None,
+               "model_version": "r2", "input_ts_ms": TS - 1}
+    for model, fields in ((RegimeLabel, label), (RegimeLabelV2, unknown), (AnomalyScore, score)):
         validated: Contract = model.model_validate(fields)
         built = assembler(model)(dict(fields))
         assert built == validated and type(built) is model

@@ -34,7 +34,7 @@ def test_tracestate_is_carried_to_the_child_span_and_its_output() -> None:
     parent = extract_trace([("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
                             ("tracestate", b"rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")])
     with tracer.start_as_current_span("child", context=parent) as span:
-        headers = build_headers("regimes.v1")
+        headers = build_headers("regimes.v2")
     assert header(headers, "tracestate") == "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
     span_id = span.get_span_context().span_id
     assert header(headers, "traceparent") == f"00-0af7651916cd43dd8448eb211c80319c-{span_id:016x}-01"

@@ -1,4 +1,5 @@
-"""Regime and anomaly services without a broker: hysteresis, model cards, refusal, dead letters, batching.
+"""Regime and anomaly services without a broker: hysteresis, abstention, model cards, refusal, dead letters,
+batching.
 
 The processors are driven with stand-in consumed events and a recording sink; the models are
 trained in the test (quick simulator runs), never hard-coded.
@@ -17,15 +18,15 @@ import numpy as np
 import orjson
 import pytest
 
-from contracts import AnomalyScore, FeatureVector, RegimeLabel, decode, encode
+from contracts import AnomalyScore, FeatureVector, RegimeLabelV2, decode, encode
 from contracts.headers import build_headers, trace_id_of
 from contracts.models import REGIMES, WORKLOAD_CLASSES
 from contracts.topics import topic_spec
-from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash
+from featurelib.node_features import FEATURE_INDEX, N_FEATURES, as_model_input, node_feature_schema_hash
 from services.anomaly.model import load_anomaly_model
 from services.anomaly.processor import AnomalyProcessor
 from services.anomaly.settings import AnomalySettings
-from services.regime import hysteresis
+from services.regime import abstention, hysteresis
 from services.regime import processor as regime_processor
 from services.regime.model import load_regime_model
 from services.regime.processor import REPLAY_HISTORY, WINDOWS, RegimeProcessor
@@ -70,6 +71,27 @@ def test_hysteresis_one_window_setting_follows_raw() -> None:
     state = hysteresis.advance(None, "none", 1, windows=1).state
     step = hysteresis.advance(state, "core", 2, windows=1)
     assert step.regime == "core" and step.changed
+
+
+def test_hysteresis_reports_unknown_at_once_and_starts_afresh_after_it() -> None:
+    state = hysteresis.advance(None, "llc", 1, windows=3).state
+    state = hysteresis.advance(state, "membw", 2, windows=3).state  # a candidate pending
+    assert state["candidate"] == "membw"
+    step = hysteresis.abstain(state, 3)
+    # no hysteresis into unknown: nothing may keep acting on the stale "llc"; the candidate is dropped
+    assert (step.regime, step.changed) == ("unknown", True)
+    assert step.state == {"reported": "unknown", "candidate": None, "count": 0, "ts": 3}
+    again = hysteresis.abstain(step.state, 4)
+    assert (again.regime, again.changed) == ("unknown", False)
+    # the first answered window after it is reported at once, as a node's first window is
+    back = hysteresis.advance(again.state, "core", 5, windows=3)
+    assert (back.regime, back.changed) == ("core", True)
+    assert back.state == hysteresis.advance(None, "core", 5, windows=3).state
+    # ... and from there on hysteresis holds again
+    assert hysteresis.advance(back.state, "none", 6, windows=3).regime == "core"
+    # a node whose very first window is unknown
+    first = hysteresis.abstain(None, 1)
+    assert (first.regime, first.changed) == ("unknown", True)
 
 
 def test_hysteresis_record_round_trip_keeps_labels_byte_for_byte() -> None:
@@ -122,11 +144,13 @@ class RecordingSink:
 
 def vector_event(node: str, ts: int, offset: int, values: list[float] | None = None,
                  schema: str | None = None, headers: list[tuple[str, bytes]] | None = None,
-                 partition: int = 0) -> Ev:
+                 partition: int = 0, invalid: frozenset[int] = frozenset()) -> Ev:
     rng = np.random.default_rng(offset)
     vals = values if values is not None else [float(v) for v in rng.uniform(0, 2, N_FEATURES)]
+    valid = [i not in invalid for i in range(len(vals))]
     fv = FeatureVector(node=node, ts_ms=ts, window_s=10, schema_hash=schema or node_feature_schema_hash(),
-                       values=vals, valid=[True] * len(vals), samples=10, input_ts_ms=ts - 5)
+                       values=[0.0 if i in invalid else v for i, v in enumerate(vals)], valid=valid, samples=10,
+                       input_ts_ms=ts - 5)
     return Ev(Msg("p-features.v1", partition, offset, node.encode(), orjson.dumps(fv.model_dump(mode="json")),
                   headers or [], ts / 1000))
 
@@ -159,12 +183,16 @@ def test_regime_batch_labels_dead_letters_and_keeps_trace(model_root: Path, trac
         vector_event("n4", T0 + 10_000, 4, values=[0.5] * (N_FEATURES - 3)),
     ]
     asyncio.run(proc.handle_batch(events))
-    labels = [decode(RegimeLabel, orjson.dumps(v.model_dump(mode="json"))) for _, _, v, _ in sink.sent]
+    labels = [decode(RegimeLabelV2, orjson.dumps(v.model_dump(mode="json"))) for _, _, v, _ in sink.sent]
     assert [lab.node for lab in labels] == ["n1", "n2"]
+    assert {topic for topic, _, _, _ in sink.sent} == {"regimes.v2"}
     for lab in labels:
         assert lab.changed and lab.model_version == "r1"
-        assert set(lab.interference) == {"cpu_bound", "llc_sensitive", "memory_bound", "frontend_bound"}
-        assert all(1.0 <= s <= 100.0 for s in lab.interference.values())
+        if lab.regime == "unknown":  # the model may judge random vectors out of its distribution
+            assert lab.abstain and lab.interference == {} and lab.confidence == 0.0
+        else:
+            assert set(lab.interference) == {"cpu_bound", "llc_sensitive", "memory_bound", "frontend_bound"}
+            assert all(1.0 <= s <= 100.0 for s in lab.interference.values())
     assert trace_id_of(sink.sent[0][3]) == "0af7651916cd43dd8448eb211c80319c"  # continued, not a new root
     kinds = sorted((m.offset, k) for m, _, k in sink.letters)
     assert kinds == [(2, "malformed"), (3, "schema"), (4, "schema")]
@@ -204,18 +232,33 @@ def test_regime_replay_after_a_restart_sends_the_identical_bytes(model_root: Pat
     assert sink2.changelog_writes == 0  # a replay changes no state
 
 
+OOD_COLUMN = 1
+"""The fake model's out-of-distribution score of a window is this feature (NaN when invalid: not computed)."""
+
+
 @dataclass
 class FakeRegimeModel:
-    """The raw regime of a window is REGIMES[int(first feature)]; slowdowns 1.5."""
+    """The raw regime of a window is REGIMES[int(first feature)]; slowdowns 1.5. It abstains as the real
+    one does on missing counters (the default required features) and when feature ``OOD_COLUMN`` > 1."""
 
     version: str = "f1"
     regimes: tuple[str, ...] = REGIMES
     card: dict[str, Any] = field(default_factory=lambda: {"outputs": {"workload_classes": list(WORKLOAD_CLASSES)}})
+    judged: list[int] = field(default_factory=list)
+    """Rows per judge call."""
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         probs = np.full((len(x), len(self.regimes)), 0.02)
-        probs[np.arange(len(x)), x[:, 0].astype(int)] = 0.92
+        probs[np.arange(len(x)), np.nan_to_num(x[:, 0]).astype(int)] = 0.92
         return probs, np.full((len(x), len(WORKLOAD_CLASSES)), 1.5)
+
+    def judge(self, x_full: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.judged.append(len(x_full))
+        required = [FEATURE_INDEX[n] for n in abstention.DEFAULT_REQUIRED_FEATURES]
+        ood = x_full[:, OOD_COLUMN].astype(np.float64)
+        mask = np.where(abstention.counters_missing(x_full, required), abstention.COUNTERS_MISSING, 0)
+        mask |= np.where(ood > 1.0, abstention.OUT_OF_DISTRIBUTION, 0)
+        return mask.astype(np.uint8), ood
 
 
 @dataclass
@@ -228,9 +271,16 @@ def _fake_regime(**env: Any) -> tuple[RegimeProcessor, RecordingSink]:
     return RegimeProcessor(RegimeSettings(**env), sink, FakeWatcher(FakeRegimeModel())), sink  # type: ignore[arg-type]
 
 
-def window(node: str, i: int, regime: str, partition: int = 0) -> Ev:
-    return vector_event(node, T0 + i * 10_000, i, values=[float(REGIMES.index(regime))] + [0.5] * (N_FEATURES - 1),
-                        partition=partition)
+HARDWARE = frozenset(FEATURE_INDEX[n] for n in abstention.DEFAULT_REQUIRED_FEATURES)
+
+
+def window(node: str, i: int, regime: str, partition: int = 0, ood: float = 0.5,
+           invalid: frozenset[int] = frozenset()) -> Ev:
+    """A window the fake model labels ``regime`` (with ``invalid`` features and OOD score ``ood``, NaN: none)."""
+    if math.isnan(ood):
+        ood, invalid = 0.0, invalid | {OOD_COLUMN}
+    values = [float(REGIMES.index(regime)), ood] + [0.5] * (N_FEATURES - 2)
+    return vector_event(node, T0 + i * 10_000, i, values=values, partition=partition, invalid=invalid)
 
 
 def test_regime_changelog_records_are_what_older_versions_wrote() -> None:
@@ -310,6 +360,91 @@ def test_regime_decoded_state_follows_forget_and_restore() -> None:
     assert (n1.regime, n1.changed) == ("core", True)  # the second "core" in a row switches
 
 
+def _labels(sink: RecordingSink) -> list[RegimeLabelV2]:
+    return [v for _, _, v, _ in sink.sent]
+
+
+def test_regime_abstains_with_reasons_no_interference_and_hysteresis_restarts() -> None:
+    proc, sink = _fake_regime(hysteresis_windows=2)
+    fake: FakeRegimeModel = proc.models.current  # type: ignore[assignment]
+    unknown_before = WINDOWS.labels("unknown")._value.get()
+    plan: list[tuple[str, frozenset[int], float]] = [
+        ("llc", frozenset(), 0.5), ("llc", frozenset(), 0.5),
+        ("llc", HARDWARE, math.nan),  # software events only: no IPC, no miss rates
+        ("none", frozenset(), 3.0),  # unlike the training windows
+        ("none", frozenset({FEATURE_INDEX["ipc_mean_10s"]}), 2.0),  # both
+        ("membw", frozenset(), 0.5), ("llc", frozenset(), 0.5), ("llc", frozenset(), 0.5),
+    ]
+    events = [window("n1", i, r, ood=ood, invalid=bad) for i, (r, bad, ood) in enumerate(plan)]
+    asyncio.run(proc.handle_batch(events))
+    labels = _labels(sink)
+    assert fake.judged == [len(plan)]  # judged once per batch, vectorised
+    assert [lab.regime for lab in labels] == ["llc", "llc", "unknown", "unknown", "unknown", "membw", "membw", "llc"]
+    assert [lab.changed for lab in labels] == [True, False, True, False, False, True, False, True]
+    assert [lab.abstain for lab in labels] == [[], [], ["counters_missing"], ["out_of_distribution"],
+                                               ["counters_missing", "out_of_distribution"], [], [], []]
+    for lab in labels[2:5]:
+        assert lab.raw_regime == "unknown" and lab.interference == {} and lab.confidence == 0.0
+    # the score when the model computed one (NaN: not computed), answered windows included
+    assert [lab.ood_score for lab in labels] == [0.5, 0.5, None, 3.0, 2.0, 0.5, 0.5, 0.5]
+    assert labels[5].raw_regime == "membw" and labels[5].interference == dict.fromkeys(WORKLOAD_CLASSES, 1.5)
+    assert WINDOWS.labels("unknown")._value.get() - unknown_before == 3
+    # the fast path's bytes are the validated label's
+    assert all(raw == encode(RegimeLabelV2(**orjson.loads(raw))) for raw in sink.raw)
+    # an odd model (no valid version) goes through validation for unknown windows too, and is refused
+    bad, _ = _fake_regime()
+    bad.models.current = FakeRegimeModel(version="")  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="model_version"):
+        asyncio.run(bad.handle_batch([window("n1", 0, "llc", invalid=HARDWARE)]))
+
+
+def test_regime_unknown_windows_replay_identically_after_a_restart() -> None:
+    proc, sink = _fake_regime(hysteresis_windows=2)
+    plan = [("llc", frozenset()), ("llc", HARDWARE), ("core", frozenset()), ("core", HARDWARE)]
+    events = [window(n, i, r, invalid=bad) for i, (r, bad) in enumerate(plan) for n in ("n1", "n2")]
+    asyncio.run(proc.handle_batch(events))
+    assert [lab.regime for lab in _labels(sink)[::2]] == ["llc", "unknown", "core", "unknown"]
+    again, sink2 = _fake_regime(hysteresis_windows=2)
+    again.state.data.update({k: bytes(bytearray(v)) for k, v in proc.state.data.items()})
+    unknown_before = WINDOWS.labels("unknown")._value.get()
+    asyncio.run(again.handle_batch(events))  # everything re-delivered after a crash
+    assert sink2.raw == sink.raw  # the same bytes for the same (node, ts_ms), unknown ones included
+    assert sink2.changelog_writes == 0 and WINDOWS.labels("unknown")._value.get() == unknown_before
+    # the next window continues from the restored state: the first answered one after unknown is reported
+    asyncio.run(again.handle_batch([window("n1", 4, "membw")]))
+    assert (_labels(sink2)[-1].regime, _labels(sink2)[-1].changed) == ("membw", True)
+
+
+def test_regime_unknown_span_names_the_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, Any]] = []
+    from services.runtime.stream_trace import stage_span as real
+
+    def recording(*args: Any, attributes: dict[str, Any], **kw: Any) -> Any:
+        seen.append(dict(attributes))
+        return real(*args, attributes=attributes, **kw)
+
+    monkeypatch.setattr(regime_processor, "stage_span", recording)
+    proc, _ = _fake_regime()
+    asyncio.run(proc.handle_batch([window("n1", 0, "llc"), window("n1", 1, "llc", invalid=HARDWARE, ood=4.0)]))
+    from contracts import telemetry as names
+
+    assert names.REGIME_ABSTAIN in names.SPAN_ATTRIBUTES
+    assert names.REGIME_ABSTAIN not in seen[0] and seen[0][names.REGIME_LABEL] == "llc"
+    assert seen[1][names.REGIME_ABSTAIN] == "counters_missing,out_of_distribution"
+    assert seen[1][names.REGIME_LABEL] == "unknown"
+
+
+def test_real_model_abstains_on_a_node_without_hardware_counters(model_root: Path) -> None:
+    """What a VM without a PMU publishes: software events only, so no IPC and no miss rates."""
+    proc, sink = _regime(model_root)
+    hardware = frozenset(i for n, i in FEATURE_INDEX.items()
+                         if n.split("_")[0] in ("ipc", "cpi", "llc", "cache", "branch", "stall", "inst", "membw"))
+    asyncio.run(proc.handle_batch([vector_event("vm", T0 + i * 10_000, i, invalid=hardware) for i in range(3)]))
+    labels = _labels(sink)
+    assert [lab.regime for lab in labels] == ["unknown"] * 3
+    assert all("counters_missing" in lab.abstain and lab.interference == {} for lab in labels)
+
+
 def test_regime_sweeps_decoded_state_of_forgotten_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(regime_processor, "MEMORY_SLACK", 2)
     proc, _ = _fake_regime()
@@ -326,7 +461,7 @@ def test_regime_labels_equal_validated_ones_and_odd_models_are_still_validated()
     assert len(sink.raw) == len(sink.sent) == 3
     for raw, (_, _, label, _) in zip(sink.raw, sink.sent, strict=True):
         # the bytes sent are exactly what encoding the validated label writes
-        assert raw == encode(label) == encode(RegimeLabel(**orjson.loads(raw)))
+        assert raw == encode(label) == encode(RegimeLabelV2(**orjson.loads(raw)))
     # a model whose version is no valid Name: labels are validated (and refused) as before
     bad, _ = _fake_regime()
     bad.models.current = FakeRegimeModel(version="")  # type: ignore[assignment]
@@ -344,12 +479,15 @@ def test_bounds_the_processors_trust_are_the_contracts() -> None:
             "interference": {"cpu_bound": 1.0}, "model_version": "v", "input_ts_ms": T0}
     lo, hi, name = regime_processor._SLOWDOWN_MIN, regime_processor._SLOWDOWN_MAX, regime_processor._NAME_MAX
     assert name == anomaly_processor._NAME_MAX
-    for ok in ({"interference": {"a": lo, "b": hi}}, {"model_version": "v" * name}):
-        RegimeLabel.model_validate({**base, **ok})
+    for ok in ({"interference": {"a": lo, "b": hi}}, {"model_version": "v" * name}, {"ood_score": 0.0},
+               {"regime": "unknown", "raw_regime": "unknown", "interference": {}, "abstain": ["low_confidence"]}):
+        RegimeLabelV2.model_validate({**base, **ok})
     for bad in ({"interference": {"a": math.nextafter(lo, 0)}}, {"interference": {"a": math.nextafter(hi, 200)}},
-                {"model_version": "v" * (name + 1)}, {"model_version": ""}):
+                {"model_version": "v" * (name + 1)}, {"model_version": ""}, {"ood_score": -0.0001},
+                {"regime": "unknown", "abstain": []}, {"abstain": ["counters_missing"]},
+                {"regime": "unknown", "abstain": ["counters_missing"]}):  # unknown with interference
         with pytest.raises(ValidationError):
-            RegimeLabel.model_validate({**base, **bad})
+            RegimeLabelV2.model_validate({**base, **bad})
     score = {"node": "n", "ts_ms": T0, "score": 0.0, "is_anomaly": False, "threshold": 1.0, "model_version": "v" * name,
              "input_ts_ms": T0}
     AnomalyScore.model_validate(score)
@@ -447,18 +585,28 @@ def test_outputs_are_the_bytes_of_the_per_row_computation(model_root: Path) -> N
     asyncio.run(proc.handle_batch(events))
     regime = proc.models.current
     probs, slowdown = regime(x)
+    masks, oods = regime.judge(x, probs)
     state: dict[str, dict[str, Any]] = {}
     labels = []
-    for v, p, sd in zip(vectors, probs, slowdown, strict=True):
-        raw = regime.regimes[int(np.argmax(p))]
-        step = hysteresis.advance(state.get(v.node), raw, v.ts_ms, windows=2)
+    for v, p, sd, mask, ood in zip(vectors, probs, slowdown, masks, oods, strict=True):
+        score = float(ood) if np.isfinite(ood) else None
+        if mask:
+            step = hysteresis.abstain(state.get(v.node), v.ts_ms)
+            labels.append(RegimeLabelV2(
+                node=v.node, ts_ms=v.ts_ms, regime="unknown", confidence=0.0, raw_regime="unknown",
+                changed=step.changed, interference={}, abstain=abstention.reasons_of(int(mask)),  # type: ignore[arg-type]
+                ood_score=score, model_version=regime.version, input_ts_ms=v.input_ts_ms))
+        else:
+            raw = regime.regimes[int(np.argmax(p))]
+            step = hysteresis.advance(state.get(v.node), raw, v.ts_ms, windows=2)
+            labels.append(RegimeLabelV2(
+                node=v.node, ts_ms=v.ts_ms, regime=step.regime,  # type: ignore[arg-type]
+                confidence=float(np.clip(p[regime.regimes.index(step.regime)], 0.0, 1.0)),
+                raw_regime=raw, changed=step.changed,  # type: ignore[arg-type]
+                interference={c: float(s) for c, s in zip(regime.card["outputs"]["workload_classes"], sd,
+                                                          strict=True)},
+                ood_score=score, model_version=regime.version, input_ts_ms=v.input_ts_ms))
         state[v.node] = step.state
-        labels.append(RegimeLabel(
-            node=v.node, ts_ms=v.ts_ms, regime=step.regime,  # type: ignore[arg-type]
-            confidence=float(np.clip(p[regime.regimes.index(step.regime)], 0.0, 1.0)),
-            raw_regime=raw, changed=step.changed,  # type: ignore[arg-type]
-            interference={c: float(s) for c, s in zip(regime.card["outputs"]["workload_classes"], sd, strict=True)},
-            model_version=regime.version, input_ts_ms=v.input_ts_ms))
     assert [encode(v) for _, _, v, _ in rsink.sent] == [encode(lab) for lab in labels]
 
 

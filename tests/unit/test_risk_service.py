@@ -211,12 +211,14 @@ def _event(topic: str, key: str, value: bytes, offset: int, trace_hex: str | Non
 class _Sink:
     def __init__(self) -> None:
         self.sent: list[tuple[str, Any, list[tuple[str, bytes]]]] = []
+        self.topics: list[str] = []
         self.letters: list[tuple[str, str]] = []
 
     async def send(self, base: str, key: str, value: Any, ctx: Any) -> None:
         from contracts.headers import build_headers
 
         self.sent.append((key, value, build_headers(base, ctx)))
+        self.topics.append(base)
 
     async def changelog(self, *args: Any) -> None:
         return None
@@ -262,10 +264,11 @@ def test_risk_joins_node_features_with_span_links(provisional: Path) -> None:
     asyncio.run(proc.handle_tasks([_event("p-taskevents.v1", "t1", encode(e), i, task_trace)
                                    for i, e in enumerate(events)]))
     keys = [k for k, _, _ in sink.sent]
-    assert keys == ["task:t1", "node:m1"]
+    assert keys == ["task:t1", "node:m1"] and sink.topics == ["risk.v2", "risk.v2"]
     task_risk, node_risk = sink.sent[0][1], sink.sent[1][1]
     assert task_risk.target_kind == "task" and task_risk.node == "m1"
     assert node_risk.target_kind == "node" and node_risk.tasks == 1
+    assert task_risk.out_of_range == [] and node_risk.tasks_out_of_range == 0  # synthetic source, no card ranges
     assert [h.probability for h in node_risk.horizons] == pytest.approx([h.probability for h in task_risk.horizons])
     assert trace_id_of(sink.sent[0][2]) == task_trace  # continues the task event's trace
     spans = [s for s in exporter.get_finished_spans() if s.name == "risk infer"]

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from borgctl.registry import ServiceEntry
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from loadtests import scenario
 from loadtests.keydist import ZipfKeys, ZipfSource, with_seq, zipf_weights
 from loadtests.observe import FeatureWindow, OutputObserver, nodestate_id, output_latency_ms
@@ -20,7 +21,7 @@ from loadtests.sources import Chunk, Clock
 
 
 def test_latency_is_output_time_minus_input_time() -> None:
-    assert output_latency_ms("regimes.v1", {"input_ts_ms": 1_000}, 1_120) == 120.0
+    assert output_latency_ms(REGIMES_TOPIC, {"input_ts_ms": 1_000}, 1_120) == 120.0
     assert output_latency_ms("features.v1", {"ts_ms": 5}, 1_120) is None
     decision = {"proposals": [{"input_ts_ms": 900}, {"input_ts_ms": 1_000}, {"input_ts_ms": None}]}
     assert output_latency_ms("decisions.v1", decision, 1_600) == 600.0  # the newest input it weighed
@@ -51,15 +52,15 @@ def test_observer_counts_outputs_windows_and_dead_letters() -> None:
 def test_observer_keeps_per_window_answers_and_rejected_windows() -> None:
     obs = OutputObserver("unused:9092", "p-", keep_windows=True)
     label = {"node": "n1", "ts_ms": 20_000, "input_ts_ms": 19_000}
-    obs.take("regimes.v1", b"n1", orjson.dumps(label), 20_100)
-    obs.take("risk.v1", b"n1", orjson.dumps({**label, "target_kind": "node", "target": "n1"}), 20_100)
+    obs.take(REGIMES_TOPIC, b"n1", orjson.dumps(label), 20_100)
+    obs.take(RISK_TOPIC, b"n1", orjson.dumps({**label, "target_kind": "node", "target": "n1"}), 20_100)
     vector = {"node": "n2", "ts_ms": 30_000}
     letter = {"source_topic": "p-features.v1", "error_kind": "processing", "service": "anomaly",
               "value": {"b64": base64.b64encode(orjson.dumps(vector)).decode()}}
     obs.take("deadletter.v2", b"p-features.v1", orjson.dumps(letter), 30_100)
-    assert obs.window_outputs["regimes.v1"] == {("n1", 20_000)}
-    assert "risk.v1" not in obs.window_outputs  # risk is not one-answer-per-window
-    assert list(obs.series["risk.v1"].latency_ms) == [1_100.0]
+    assert obs.window_outputs[REGIMES_TOPIC] == {("n1", 20_000)}
+    assert RISK_TOPIC not in obs.window_outputs  # risk is not one-answer-per-window
+    assert list(obs.series[RISK_TOPIC].latency_ms) == [1_100.0]
     assert obs.dead_windows == {"anomaly": {("n2", 30_000)}}
 
 

@@ -452,7 +452,7 @@ def _safe_extract(headers: Any) -> otel_context.Context:
 
 def test_build_headers_matches_the_propagator_byte_for_byte() -> None:
     rng = random.Random(11)
-    schemas = ["nodestate.v1", "features.v1", "regimes.v1", "", "schéma.v1", "risk.v1"]
+    schemas = ["nodestate.v1", "features.v1", "regimes.v2", "", "schéma.v1", "risk.v2"]
     traced = 0
     for i, ctx in enumerate(_contexts(rng, 1500)):
         schema = schemas[i % len(schemas)]
@@ -546,7 +546,7 @@ def test_stage_span_is_a_child_of_the_input_and_outputs_name_it(
                                         names.REGIME_LABEL: "cpu_bound", names.REGIME_CONFIDENCE: 0.75}
     with stream_trace.stage_span("regime infer", [("schema", b"features.v1"), ("traceparent", TP)],
                                  topic="p-features.v1", group="regime", attributes=attrs) as ctx:
-        out = hdr.build_headers("regimes.v1", ctx)
+        out = hdr.build_headers("regimes.v2", ctx)
         assert exporter.get_finished_spans() == ()  # ended when the with ends
     (finished,) = exporter.get_finished_spans()
     assert finished.start_time is not None and finished.end_time is not None
@@ -582,7 +582,7 @@ def test_unsampled_parent_gives_an_unrecorded_child_with_the_same_trace(
 def _run(stage: Any, headers: Any, attributes: Any, links: Any) -> list[tuple[str, bytes]]:
     with stage("risk infer", headers, topic="p-taskevents.v1", group="risk", attributes=attributes,
                links=links) as ctx:
-        return hdr.build_headers("risk.v1", ctx)
+        return hdr.build_headers("risk.v2", ctx)
 
 
 def test_stage_span_matches_the_old_generator_span_for_span(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.cli import eval_failure, main, train_failure
+from training.cli import eval_failure, eval_failure_rolling, main, train_failure
 
 
 def run(fn: object, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -54,6 +54,20 @@ def test_bad_training_arguments(argv: list[str], fragment: str, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(train_failure, [*argv, "--out", str(tmp_path)], capsys)
     assert_one_line_error(code, err, fragment)
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--gaps", "-1"], "gaps"),
+    (["--gaps", "2h"], "gaps"),
+    (["--origins", "0.5,1.2"], "origins"),
+    (["--test-span", "0"], "--test-span"),
+])
+def test_bad_rolling_arguments(argv: list[str], fragment: str, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(eval_failure_rolling, [*argv, "--out", str(tmp_path / "r.json")], capsys)
+    assert_one_line_error(code, err, fragment)
+    code, err = run(eval_failure_rolling, ["--task-events", str(tmp_path / "nope"), "--out", str(tmp_path)], capsys)
+    assert_one_line_error(code, err, "nope")
 
 
 def test_eval_requires_out_and_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,8 @@
 (() => {
   const ROW_H = 30;
   const MAX_DECISION_ROWS = 200;
-  const REGIMES = ["none", "llc", "membw", "core", "mixed"];
+  // index = the server's sparkline value (services/dashboard/nodes.py: REGIMES, then "unknown")
+  const REGIMES = ["none", "llc", "membw", "core", "mixed", "unknown"];
   const AGENTS = ["reliability", "efficiency", "admission"];
 
   const S = {
@@ -203,7 +204,10 @@
       const now = serverNow();
       for (const n of S.nodes.values()) if (now - n.last_ts > S.config.stale_ms) stale++;
       $("summary").innerHTML =
-        `<b>${c.nodes}</b> nodes (<b>${stale}</b> stale) · <b>${c.decisions_seen}</b> decisions` +
+        `<b>${c.nodes}</b> nodes (<b>${stale}</b> stale` +
+        (c.unknown_nodes ? `, <b>${c.unknown_nodes}</b> unknown` : "") +
+        (c.risk_out_of_range ? `, <b>${c.risk_out_of_range}</b> risk out of range` : "") +
+        `) · <b>${c.decisions_seen}</b> decisions` +
         ` · <b>${c.deadletters}</b> dead letters` + (S.config.topic_prefix ? ` · topics <b>${esc(S.config.topic_prefix)}*</b>` : "");
     }
     const j = $("jaeger-link");
@@ -267,8 +271,9 @@
   }
 
   function attention(n) {
-    const regime = n.regime && n.regime.label !== "none" ? Math.min(1, (n.regime.slowdown - 1) / 2 + 0.3) : 0;
-    return Math.max(n.anomaly ? n.anomaly.score : 0, n.risk ? n.risk.max : 0, regime);
+    // "unknown" (the model abstained) and out-of-range risk are no information: they draw no attention
+    const regime = n.regime && n.regime.label !== "none" && n.regime.label !== "unknown" ? Math.min(1, (n.regime.slowdown - 1) / 2 + 0.3) : 0;
+    return Math.max(n.anomaly ? n.anomaly.score : 0, n.risk && n.risk.in_range !== false ? n.risk.max : 0, regime);
   }
 
   function sortNodes() {
@@ -304,15 +309,22 @@
     const staleMs = S.config.stale_ms;
     const old = (sig) => (sig && now - sig.ts > staleMs ? " cell-stale" : "");
     const rg = n.regime;
-    const regime = rg
-      ? `<span class="regime r-${esc(rg.label)}" title="raw ${esc(rg.raw)} · worst class ${esc(rg.worst_class)} ×${fmt(rg.slowdown)} · model ${esc(rg.model)}">${esc(rg.label)}</span><span class="conf">${fmt(rg.confidence)}</span>`
-      : '<span class="muted">–</span>';
+    const abstain = rg && rg.abstain && rg.abstain.length ? rg.abstain.map((r) => r.replace(/_/g, " ")).join(", ") : "";
+    const regime = !rg
+      ? '<span class="muted">–</span>'
+      : rg.label === "unknown"
+        ? `<span class="regime r-unknown" title="the model abstained (treated as neutral: no taint, no penalty) · ${esc(abstain)}${rg.ood_score !== null && rg.ood_score !== undefined ? ` · ood score ${fmt(rg.ood_score)} (1 = threshold)` : ""} · model ${esc(rg.model)}">unknown</span><span class="conf abstain">${esc(abstain)}</span>`
+        : `<span class="regime r-${esc(rg.label)}" title="raw ${esc(rg.raw)} · worst class ${esc(rg.worst_class)} ×${fmt(rg.slowdown)} · model ${esc(rg.model)}">${esc(rg.label)}</span><span class="conf">${fmt(rg.confidence)}</span>`;
     const an = n.anomaly;
     const anomaly = an ? `<span class="${an.is_anomaly ? "anom-hot" : ""}" title="threshold ${fmt(an.threshold)}">${fmt(an.score)}</span>` : '<span class="muted">–</span>';
     const rk = n.risk;
-    const risk = rk
-      ? rk.horizons.map(([h, p]) => `<span class="risk-h ${p >= 0.7 ? "risk-hot" : p >= 0.4 ? "risk-warm" : ""}" title="P(failure within ${h}s) = ${fmt(p, 3)}"><i>${horizon(h)}</i> ${fmt(p).replace(/^0\./, ".")}</span>`).join("")
-      : '<span class="muted">–</span>';
+    const oor = rk && rk.in_range === false;
+    const risk = !rk
+      ? '<span class="muted">–</span>'
+      : oor
+        ? `<span class="risk-oor" title="computed from inputs outside the model's training range (${rk.tasks_out_of_range} of ${rk.tasks} tasks): shown, never acted on">out of range</span>` +
+          rk.horizons.map(([h, p]) => `<span class="risk-h risk-ignored" title="P(failure within ${h}s) = ${fmt(p, 3)} (out of range, ignored)"><i>${horizon(h)}</i> ${fmt(p).replace(/^0\./, ".")}</span>`).join("")
+        : rk.horizons.map(([h, p]) => `<span class="risk-h ${p >= 0.7 ? "risk-hot" : p >= 0.4 ? "risk-warm" : ""}" title="P(failure within ${h}s) = ${fmt(p, 3)}"><i>${horizon(h)}</i> ${fmt(p).replace(/^0\./, ".")}</span>`).join("");
     const stale = now - n.last_ts > staleMs;
     return (
       `<div class="nrow node-grid${stale ? " stale" : ""}" style="top:${i * ROW_H}px" data-node="${esc(n.node)}" data-stale="${stale}">` +
@@ -336,7 +348,7 @@
     const last = Math.min(list.length, Math.ceil((box.scrollTop + box.clientHeight) / ROW_H) + 5);
     const html = [];
     for (let i = first; i < last; i++) html.push(nodeRow(list[i], i));
-    $("nodes-rows").innerHTML = list.length ? html.join("") : `<p class="empty">${S.nodes.size ? "no node matches the filter" : "no node data yet (regimes.v1, anomalies.v1, risk.v1)"}</p>`;
+    $("nodes-rows").innerHTML = list.length ? html.join("") : `<p class="empty">${S.nodes.size ? "no node matches the filter" : "no node data yet (regimes.v2, anomalies.v1, risk.v2)"}</p>`;
   }
 
   function intentText(i) {
