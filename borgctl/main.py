@@ -30,7 +30,8 @@ TRAIN = {
     "regime": ("training.cli", "train_regime"),
     "anomaly": ("training.cli", "train_anomaly"),
 }
-EVAL = {"failure": ("training.cli", "eval_failure")}
+EVAL = {"failure": ("training.cli", "eval_failure"), "failure-rolling": ("training.cli", "eval_failure_rolling"),
+        "regime": ("training.regime.evaluate", "eval_regime")}
 
 
 def _load(module: str, func: str, what: str) -> Callable[[list[str]], int]:
@@ -168,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("rest", nargs=argparse.REMAINDER)
     train.set_defaults(fn=lambda a: _load(*TRAIN[a.model], f"train {a.model}")(a.rest))
 
-    ev = sub.add_parser("eval", help="evaluate a model: failure", add_help=False)
+    ev = sub.add_parser("eval", help="evaluate a model: failure, failure-rolling, regime", add_help=False)
     ev.add_argument("model", choices=sorted(EVAL))
     ev.add_argument("rest", nargs=argparse.REMAINDER)
     ev.set_defaults(fn=lambda a: _load(*EVAL[a.model], f"eval {a.model}")(a.rest))

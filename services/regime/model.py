@@ -15,6 +15,7 @@ from services.regime import abstention
 from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card, verify_sha256
 
 MAX_SLOWDOWN = 100.0
+DEFAULT_RULES = abstention.Rules(required=tuple(FEATURE_INDEX[n] for n in abstention.DEFAULT_REQUIRED_FEATURES))
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,13 @@ class RegimeModel:
     interference: tuple[ort.InferenceSession, ...]
     regimes: tuple[str, ...]
     input_name: str
-    required: tuple[int, ...] = tuple(FEATURE_INDEX[n] for n in abstention.DEFAULT_REQUIRED_FEATURES)
-    """Columns (of the full feature row) without which the model abstains (``counters_missing``)."""
+    rules: abstention.Rules = DEFAULT_RULES
+    """The card's abstention rules (older cards: the counters rule with the default required features)."""
+
+    @property
+    def required(self) -> tuple[int, ...]:
+        """Columns (of the full feature row) without which the model abstains (``counters_missing``)."""
+        return self.rules.required
 
     def __call__(self, x_full: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probabilities (n, regimes), slowdown (n, classes)) for float32 rows of N_FEATURES (NaN = invalid)."""
@@ -44,9 +50,11 @@ class RegimeModel:
 
     def judge(self, x_full: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row: (abstention bitmask, uint8, ``abstention`` bits; out-of-distribution score, float64,
-        1.0 = the abstention threshold, NaN when not computed). 0 in the mask: the model answers."""
-        mask = np.where(abstention.counters_missing(x_full, self.required), abstention.COUNTERS_MISSING, 0)
-        return mask.astype(np.uint8), np.full(x_full.shape[0], np.nan)
+        1.0 = the abstention threshold, NaN when not computed). 0 in the mask: the model answers.
+
+        Rules (card ``abstention``): required counters invalid → counters_missing; OOD score > 1 →
+        out_of_distribution; top probability below the confidence floor → low_confidence."""
+        return abstention.judge(x_full, probs, self.rules)
 
 
 def load_regime_model(version_dir: Path) -> RegimeModel:
@@ -59,6 +67,10 @@ def load_regime_model(version_dir: Path) -> RegimeModel:
     regimes = tuple(card["outputs"]["regimes"])
     if not set(regimes) <= set(REGIMES):
         raise ModelRefusedError(f"{version_dir}: unknown regimes {regimes}")
+    try:
+        rules = abstention.rules_from_card(card.get("abstention"), FEATURE_INDEX)
+    except ValueError as exc:
+        raise ModelRefusedError(f"{version_dir}: {exc}") from None
     files = card["onnx"]["files"]
     inter = files["interference"]
     missing = [c for c in WORKLOAD_CLASSES if c not in inter]
@@ -72,6 +84,7 @@ def load_regime_model(version_dir: Path) -> RegimeModel:
         interference=tuple(onnx_session(version_dir / inter[c]) for c in WORKLOAD_CLASSES),
         regimes=regimes,
         input_name=card["onnx"].get("input_name", "input"),
+        rules=rules,
     )
     # smoke inference: a model that cannot score an all-missing row is refused now, not mid-stream
     try:

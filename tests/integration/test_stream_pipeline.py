@@ -300,8 +300,10 @@ async def test_pipeline_50_nodes_regimes_anomalies_risk(kafka_bootstrap: str, to
     print(f"\nregime accuracy vs simulator ground truth over {len(answered)} answered of {len(labels)} windows "
           f"(coverage {coverage:.3f}): raw {raw_acc:.3f}, reported (hysteresis) {rep_acc:.3f}; "
           f"chance ~{1 / len(REGIMES):.2f}")
-    assert coverage >= 0.5, f"the model answered only {coverage:.1%} of the simulator's (training-kind) windows"
-    assert raw_acc > 0.5, f"raw regime matched ground truth in only {raw_acc:.1%} of answered windows"
+    # the shipped model's confidence floor is calibrated for 0.90 selective accuracy on its training kinds:
+    # offline on this scenario it answers 22.4 % of windows, 89 % of them right (training/README.md, regime)
+    assert coverage >= 0.15, f"the model answered only {coverage:.1%} of the simulator's (training-kind) windows"
+    assert raw_acc > 0.8, f"raw regime matched ground truth in only {raw_acc:.1%} of answered windows"
     versions = Counter(lab.model_version for lab in labels.values())
     assert "reloaded-v2" in versions, f"hot reload not observed: {versions}"
     # trace continuity: every regime label continues the trace of one of its node's NodeStates

@@ -23,14 +23,31 @@ REGIME_STATS: Final = ("mean_10s", "mean_60s", "std_60s")
 EXCLUDED_METRICS: Final = ("sanity_violation", "rec_mkpi", "rec_mem_gps", "membw_util")
 
 
-def regime_feature_names() -> list[str]:
-    """Columns the regime models read: current level and recent spread of every PMU metric.
+CONTENTION_METRICS: Final = ("membw_gbs", "llc_miss_ratio", "llc_mpki", "cache_miss_ratio", "cache_mpki",
+                              "stall_frontend", "stall_backend", "branch_miss_ratio", "ipc", "busy_cpus")
+"""One signal per contention mechanism of the simulator (bandwidth, LLC misses, stalls, branch misses,
+IPC) plus busy CPUs (how much of the node the co-runners occupy): the OOD score's features."""
 
-    z-scores and deltas against the 300 s baseline are left out: co-runner epochs are shorter
-    than the baseline, so they mostly encode when the last change happened.
+
+def regime_feature_names(feature_set: str = "pmu_levels") -> list[str]:
+    """Columns the regime models read.
+
+    ``pmu_levels`` (default): current level (10 s, 60 s means) and recent spread (60 s std) of every
+    PMU metric. ``contention``: the 10 s mean of ``CONTENTION_METRICS`` only. Measured with and without
+    domain randomisation (training/README.md, regime section): without it both transfer equally badly to
+    unseen kinds; with it ``pmu_levels`` transfers better. z-scores and deltas against the 300 s
+    baseline are left out: co-runner epochs are shorter than the baseline, so they mostly encode when
+    the last change happened (adding them did not help on held-out kinds).
     """
-    return [n for n in NODE_FEATURE_NAMES
-            if n.endswith(REGIME_STATS) and not n.startswith(EXCLUDED_METRICS)]
+    if feature_set == "contention":
+        return [f"{m}_mean_10s" for m in CONTENTION_METRICS]
+    if feature_set == "pmu_levels":
+        return [n for n in NODE_FEATURE_NAMES
+                if n.endswith(REGIME_STATS) and not n.startswith(EXCLUDED_METRICS)]
+    raise ValueError(f"unknown feature set {feature_set!r} (contention, pmu_levels)")
+
+
+FEATURE_SETS: Final = ("contention", "pmu_levels")
 
 
 def columns(names: Sequence[str]) -> np.ndarray:
@@ -57,7 +74,7 @@ class RegimeModels:
 
 def fit_regime_models(
     x_full: np.ndarray, regime: np.ndarray, slowdown: np.ndarray, *, trees: int, depth: int, seed: int,
-    feature_names: list[str] | None = None,
+    feature_names: list[str] | None = None, classifier_only: bool = False,
 ) -> RegimeModels:
     names = feature_names or regime_feature_names()
     x = x_full[:, columns(names)]
@@ -65,8 +82,8 @@ def fit_regime_models(
               "tree_method": "hist", "max_bin": 64, "n_jobs": 2, "random_state": seed}
     clf = xgb.XGBClassifier(n_estimators=trees, objective="multi:softprob", **common)
     clf.fit(x, regime)
-    regs = []
-    for j in range(len(WORKLOAD_CLASSES)):
+    regs: list[xgb.XGBRegressor] = []
+    for j in range(0 if classifier_only else len(WORKLOAD_CLASSES)):
         reg = xgb.XGBRegressor(n_estimators=max(20, trees // 2), objective="reg:squarederror", **common)
         reg.fit(x, np.log(np.maximum(slowdown[:, j], 1.0)))
         regs.append(reg)
