@@ -66,6 +66,19 @@ class TrainConfig:
     set_current: bool = True
 
 
+UNITS: dict[str, str] = {
+    "requests": "cpu_request, memory_request (and machine sums of them): the Google 2011 trace's normalised scale, "
+                "each resource divided by the largest machine's capacity (0..1)",
+    "priority": "Borg priority 0..11 (free 0-1, middle 2-8, production 9-10, monitoring 11)",
+    "scheduling_class": "0..3, 3 most latency-sensitive",
+    "kubernetes": "featurelib/borg_units.py maps pods onto this scale in the risk stage: requests / the largest "
+                  "node's allocatable (RISK_LARGEST_NODE_CPU, RISK_LARGEST_NODE_MEMORY_GIB), PriorityClass values "
+                  "to the bands above, QoS to scheduling class; a value it cannot place is NaN and named "
+                  "'<field>:unmapped' in risk.v2 out_of_range, and no agent acts on such a risk",
+}
+"""What the failure model's inputs mean (written into every card, so serving and operators read one definition)."""
+
+
 def describe_inputs(task_dir: Path, job_dir: Path | None, progress: Progress) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Load task events (and validate job events); return them with a data description for cards/reports."""
     fmt, task_files = ingest.part_files(task_dir)
@@ -299,6 +312,7 @@ def _card(cfg: TrainConfig, version: str, created: dt.datetime, data_info: dict[
                  "parity_max_abs_diff": parity, "parity_tolerance": 1e-5},
         "metrics": {"window": "time split, held-out test window (published = calibrated probabilities)",
                     "horizons": metrics},
+        "units": UNITS,
         "intended_use": "Rank running Borg-like tasks by the risk that their run ends in "
                         + "/".join(names) + " within each horizon; calibrated probabilities (see calibration).",
         "limitations": [
