@@ -51,7 +51,10 @@ def as_thin(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def vectors(ticks: int) -> list[FeatureVector]:
-    sim = SyntheticCluster(nodes=1, seed=5, missing_event_prob=0.0, multiplex_prob=0.0)
+    # seed 6: the shipped model answers every window of this node (it abstains with low_confidence
+    # on ~3/4 of windows of the training kinds, so most seeds give it nothing to answer; a new model
+    # may need another seed: run its judge on this node's windows offline to pick one)
+    sim = SyntheticCluster(nodes=1, seed=6, missing_event_prob=0.0, multiplex_prob=0.0)
     states = []
     for batch in sim.run(ticks):
         (state,) = batch.nodestate_dicts()
