@@ -7,6 +7,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from contracts import encode
+from contracts.base import Contract
+from contracts.headers import build_headers
+
 
 async def produce_raw(
     bootstrap: str,
@@ -23,6 +27,12 @@ async def produce_raw(
         await producer.flush()
     finally:
         await producer.stop()
+
+
+async def produce_contracts(bootstrap: str, prefix: str, topic: str, items: list[tuple[str, Contract]]) -> None:
+    """Encode each (key, record) and produce it to ``prefix + topic`` with the headers a service would send."""
+    await produce_raw(bootstrap, prefix + topic, [(key.encode(), encode(value)) for key, value in items],
+                      headers=build_headers(topic))
 
 
 async def consume(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[Any]:

@@ -17,6 +17,7 @@ from services.scheduler_extender.scoring import CLASS_INDEX, ScoringConfig
 from services.scheduler_extender.state import NodeStateStore
 from tests.conftest import wait_until
 from tests.kafka_helpers import produce_raw
+from tests.samples import unknown_label
 
 pytestmark = pytest.mark.integration
 
@@ -90,18 +91,7 @@ async def test_reader_catches_up_then_follows(kafka_bootstrap: str, topic_prefix
         await live.start()
         try:
             # the model now abstains on n1: the newer unknown label lifts the filter of its old one
-            unknown = RegimeLabelV2(
-                node="n1",
-                ts_ms=later,
-                regime="unknown",
-                confidence=0.0,
-                raw_regime="unknown",
-                changed=True,
-                interference={},
-                abstain=["counters_missing"],
-                model_version="m",
-                input_ts_ms=later,
-            )
+            unknown = unknown_label("n1", later, changed=True, model_version="m")
             await live.send(REGIMES_TOPIC, "n1", unknown)
             await live.flush()
         finally:

@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
-from contracts import FeatureVector, RegimeLabelV2, encode
-from contracts.headers import build_headers
+from contracts import FeatureVector, RegimeLabelV2
 from contracts.topics import REGIMES_TOPIC
 from featurelib.node_features import features_for_stream, node_feature_schema_hash, sample_from_dict
 from services.node_agent.events import CACHE_EVENTS, HARDWARE_EVENTS
 from simulator import SyntheticCluster
 from tests.integration.test_stream_pipeline import collector, running, spawn, wait_ready
+from tests.kafka_helpers import produce_contracts
 
 pytestmark = [pytest.mark.integration]
 
@@ -74,15 +73,7 @@ async def test_regime_answers_unknown_for_nodes_without_usable_counters(kafka_bo
     with running(service):
         await wait_ready((service,))
         async with collector(kafka_bootstrap, topic_prefix, [REGIMES_TOPIC]) as (got, poll_until):
-            producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, enable_idempotence=True)
-            await producer.start()
-            try:
-                for v in produced:
-                    await producer.send(topic_prefix + "features.v1", key=v.node.encode(), value=encode(v),
-                                        headers=build_headers("features.v1"))
-                await producer.flush()
-            finally:
-                await producer.stop()
+            await produce_contracts(kafka_bootstrap, topic_prefix, "features.v1", [(v.node, v) for v in produced])
             await poll_until(lambda g: {(lab.node, lab.ts_ms) for lab in g.values(REGIMES_TOPIC, RegimeLabelV2)}
                              >= want, 60, f"{len(want)} labels on {REGIMES_TOPIC}")
     labels = got.values(REGIMES_TOPIC, RegimeLabelV2)  # decoded strictly: the v2 contract holds

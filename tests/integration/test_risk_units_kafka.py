@@ -14,11 +14,10 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 
-from contracts import FailureRiskV2, TaskEvent, decode, encode
-from contracts.headers import build_headers
+from contracts import FailureRiskV2, TaskEvent, decode
 from tests.integration.test_stream_pipeline import collector, running, spawn, wait_ready
+from tests.kafka_helpers import produce_contracts
 from tests.unit.test_risk_service import T0_MS, train_provisional_failure_model
 
 pytestmark = [pytest.mark.integration]
@@ -52,15 +51,8 @@ async def test_kubernetes_tasks_get_risk_v2_with_input_range_flags(kafka_bootstr
     with running(risk):
         await wait_ready((risk,))
         async with collector(kafka_bootstrap, topic_prefix, ["risk.v2", "risk.v1", "deadletter.v2"]) as (got, poll):
-            producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, enable_idempotence=True)
-            await producer.start()
-            try:
-                for ev in events:
-                    await producer.send(topic_prefix + "taskevents.v1", key=ev.task_id.encode(), value=encode(ev),
-                                        headers=build_headers("taskevents.v1"))
-                await producer.flush()
-            finally:
-                await producer.stop()
+            await produce_contracts(kafka_bootstrap, topic_prefix, "taskevents.v1",
+                                    [(ev.task_id, ev) for ev in events])
             want = {f"task:demo/{n}" for n in pods}
 
             def latest(g: Any) -> dict[str, FailureRiskV2]:

@@ -23,6 +23,7 @@ from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from services.agents import admission_policy, efficiency_policy, reliability_policy
 from services.agents.settings import AdmissionSettings, EfficiencySettings, ReliabilitySettings
 from services.agents.view import ClusterView
+from tests.samples import unknown_label
 
 NOW = 1_750_000_000_000
 TOPIC = {
@@ -51,19 +52,7 @@ def regime(node: str, name: str = "none", conf: float = 0.9, worst: float = 1.0,
 
 def unknown(node: str, reasons: tuple[AbstainReason, ...] = ("counters_missing",), ts: int = NOW) -> RegimeLabelV2:
     """The regime stage abstained on the node's window (regimes.v2)."""
-    return RegimeLabelV2(
-        node=node,
-        ts_ms=ts,
-        regime="unknown",
-        confidence=0.0,
-        raw_regime="unknown",
-        changed=False,
-        interference={},
-        abstain=list(reasons),
-        ood_score=None,
-        model_version="m1",
-        input_ts_ms=ts - 5,
-    )
+    return unknown_label(node, ts, reasons, input_ts_ms=ts - 5)
 
 
 def anomaly(node: str, score: float, flagged: bool, ts: int = NOW) -> AnomalyScore:

@@ -30,6 +30,7 @@ from services.scheduler_extender.scoring import (
     risk_probability,
 )
 from services.scheduler_extender.state import NodeStateStore
+from tests.samples import unknown_label
 
 NOW = 1_800_000_000_000
 CFG = ScoringConfig()  # max_slowdown 1.5, min_confidence 0.5, anomaly 0.9, risk 0.8, staleness 120 s, 0.6/0.25/0.15
@@ -63,20 +64,8 @@ def unknown(
     reasons: tuple[AbstainReason, ...] = ("counters_missing",), *, age_s: float = 0.0, node: str = "n1"
 ) -> RegimeLabelV2:
     """The regime stage abstained (regimes.v2)."""
-    ts = int(NOW - age_s * 1000)
-    return RegimeLabelV2(
-        node=node,
-        ts_ms=ts,
-        regime="unknown",
-        confidence=0.0,
-        raw_regime="unknown",
-        changed=False,
-        interference={},
-        abstain=list(reasons),
-        ood_score=1.7 if "out_of_distribution" in reasons else None,
-        model_version="m1",
-        input_ts_ms=ts,
-    )
+    return unknown_label(node, int(NOW - age_s * 1000), reasons,
+                         ood_score=1.7 if "out_of_distribution" in reasons else None)
 
 
 def anomaly(score: float, *, age_s: float = 0.0, node: str = "n1") -> AnomalyScore:
