@@ -1,12 +1,16 @@
-"""Seed the local (kubelet-less) Kubernetes API with the objects `make run` acts on.
+"""Seed the local Kubernetes API with the objects `make run` acts on.
 
-    python -m loadtests.seed_cluster --nodes 20 [--namespace demo]
+    python -m loadtests.seed_cluster --nodes 20 [--namespace demo] [--ready]
 
 Creates Node objects named like the synthetic simulator's nodes (sim-0000, …) with
 capacity and a Ready condition, a namespace with a few Deployments (pods get bound to
-those nodes by the real scheduler), and a PodDisruptionBudget. Idempotent (apply). Pods of
-namespaces stuck Terminating (deleted while their pods were bound: nothing here finishes a
-pod's graceful deletion) are forced first, so no earlier run's leftovers stay in play.
+those nodes by the real scheduler), and a PodDisruptionBudget. Idempotent (apply).
+
+The nodes carry kwok's annotation (``kwok.x-k8s.io/node: fake``): when infra/kube/kube.sh
+runs kwok, kwok plays their kubelets — bound pods become Running and Ready, an evicted or
+deleted pod goes away and its ReplicaSet's replacement is scheduled again. Without kwok
+(``BORG_KWOK=0``) ``--ready`` reports the bound pods Running and Ready once, and pods of
+namespaces stuck Terminating (nothing finishes a graceful deletion there) are forced first.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBE = ROOT / "infra" / "kube" / "kube.sh"
+KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+KWOK_HEALTHZ = "http://127.0.0.1:10247/healthz"
 DEPLOYMENTS = (("web", 6, "memory_bound"), ("batch", 4, "cpu_bound"), ("cache", 3, "llc_sensitive"))
 
 
@@ -39,6 +45,7 @@ def node(name: str) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "labels": {"kubernetes.io/hostname": name, "borg-orchestrator.io/simulated": "true"},
+            "annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]},
         },
     }
 
@@ -84,6 +91,36 @@ def finish_terminating_namespaces() -> list[str]:
     for name in stuck:
         kubectl("delete", "pods", "--all", "-n", name, "--force", "--grace-period=0", "--wait=false")
     return stuck
+
+
+def kwok_running(url: str = KWOK_HEALTHZ) -> bool:
+    """Whether kube.sh's kwok answers (it then runs the seeded nodes' pods)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _is_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def wait_pods_ready(namespace: str, timeout_s: float = 60.0) -> int:
+    """Wait until kwok has every pod of ``namespace`` Ready (or the timeout); the Ready count."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pods = json.loads(kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
+        ready = sum(1 for p in pods if _is_ready(p))
+        if (pods and ready == len(pods)) or time.monotonic() > deadline:
+            return ready
+        time.sleep(1.0)
 
 
 def mark_pods_ready(namespace: str, timeout_s: float = 60.0) -> int:
@@ -174,7 +211,10 @@ def main(argv: list[str]) -> int:
     )
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads}))
     if args.ready:
-        print(f"seed-cluster: {mark_pods_ready(args.namespace)} pods reported Running and Ready")
+        if kwok_running():
+            print(f"seed-cluster: {wait_pods_ready(args.namespace)} pods Running and Ready (kwok runs the nodes)")
+        else:
+            print(f"seed-cluster: {mark_pods_ready(args.namespace)} pods reported Running and Ready (no kwok)")
     print(
         f"seed-cluster: {len(names)} nodes ({names[0]}…{names[-1]}), namespace {args.namespace} with "
         + ", ".join(f"{n}×{r}" for n, r, _ in DEPLOYMENTS)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: the main job on the embedded local stack.
 #  1. Kafka, Jaeger and the Kubernetes control plane (project scripts; built/fetched once, cached)
-#  2. seeds the kubelet-less cluster with simulated nodes and a few Deployments
+#  2. seeds the cluster with simulated nodes (run by kwok: their pods run) and a few Deployments
 #  3. starts every service (tracing to Jaeger, referee applying to the local cluster)
 #  4. replays bundled sample traffic (the seeded synthetic cluster) for RUN_SECONDS
 #  5. shows live decisions and actions, then says where to look. The stack stays up:

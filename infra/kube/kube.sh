@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A real, kubelet-less Kubernetes control plane for local runs and tests:
-# etcd + kube-apiserver + kube-controller-manager + kube-scheduler, built from
-# the Go module proxy at the versions pinned in infra/kube/go.mod and
-# infra/kube/etcd/go.mod, running on 127.0.0.1 only.
+# A real Kubernetes control plane for local runs and tests: etcd +
+# kube-apiserver + kube-controller-manager + kube-scheduler, plus kwok
+# (Kubernetes WithOut Kubelet) standing in for the kubelets of annotated nodes,
+# built from the Go module proxy at the versions pinned in infra/kube/go.mod,
+# infra/kube/etcd/go.mod and infra/kube/kwok/go.mod, running on 127.0.0.1 only.
 #
 #   kube.sh build                   build the binaries into the cache (skipped when present)
 #   kube.sh start                   PKI + kubeconfigs (once), then etcd, apiserver,
@@ -15,14 +16,19 @@
 #   kube.sh kubectl ARGS...         run the built kubectl against this cluster
 #
 # There are no kubelets: Nodes are API objects made by hand (give them
-# status.allocatable so pods fit). Such nodes stay schedulable: the
+# status.allocatable so pods fit). A node annotated kwok.x-k8s.io/node=fake is
+# run by kwok (infra/kube/kwok/stages.yaml): its pods become Running and Ready,
+# a Job's pod completes after its pod-complete.stage.kwok.x-k8s.io/delay
+# annotation, and a deleted pod is removed (graceful deletion finishes). Other
+# nodes' pods stay bound but never run (BORG_KWOK=0 starts no kwok at all).
+# Nodes stay schedulable: the
 # TaintNodesByCondition admission plugin and the node-lifecycle controller are
 # off, so nodes are neither tainted not-ready nor marked unreachable for lack
 # of heartbeats. Everything else (Deployments -> ReplicaSets -> Pods, binding
 # by the scheduler, ServiceAccount tokens, RBAC, garbage collection) is real.
 #
 # Ports: etcd 2379 (client) / 2380 (peer), kube-apiserver 6443,
-# kube-controller-manager 10257, kube-scheduler 10259.
+# kube-controller-manager 10257, kube-scheduler 10259, kwok 10247 (healthz).
 # Binaries: $BORG_CACHE/bin (default ~/.cache/borg-orchestrator/bin).
 # State: $BORG_STATE/kube (default $BORG_CACHE/state/kube): pki/, etcd/ (data,
 # survives restarts), logs/, run/ (pid files), *.kubeconfig, scheduler configs.
@@ -50,6 +56,8 @@ etcd_url="http://127.0.0.1:2379"
 etcd_peer_url="http://127.0.0.1:2380"
 cm_url="https://127.0.0.1:10257"
 sched_url="https://127.0.0.1:10259"
+kwok_url="http://127.0.0.1:10247"
+kwok_selector="kwok.x-k8s.io/node=fake"
 service_cidr="10.96.0.0/12"
 service_ip="10.96.0.1" # first address of service_cidr: the `kubernetes` Service
 cluster_name="borg-local"
@@ -73,11 +81,14 @@ pinned() {
 
 k8s_version="$(pinned "$here/go.mod" k8s.io/kubernetes)"
 etcd_version="$(pinned "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
+kwok_version="$(pinned "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 k8s_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 bin_path() {
   if [[ "$1" == etcd ]]; then
     printf '%s\n' "$bindir/etcd-$etcd_version"
+  elif [[ "$1" == kwok ]]; then
+    printf '%s\n' "$bindir/kwok-$kwok_version"
   else
     printf '%s\n' "$bindir/$1-$k8s_version"
   fi
@@ -104,11 +115,11 @@ go_build() { # NAME VERSION MODULE_DIR PACKAGE LDFLAGS ESTIMATE
 
 cmd_build() {
   local missing=0 c
-  for c in etcd "${k8s_components[@]}"; do
+  for c in etcd kwok "${k8s_components[@]}"; do
     [[ -x "$(bin_path "$c")" ]] || missing=1
   done
   if ((missing == 0)); then
-    echo "kube: binaries for kubernetes $k8s_version and etcd $etcd_version are built ($bindir)"
+    echo "kube: binaries for kubernetes $k8s_version, etcd $etcd_version and kwok $kwok_version are built ($bindir)"
     return 0
   fi
   need go "install Go >= 1.26 to build Kubernetes $k8s_version"
@@ -117,6 +128,7 @@ cmd_build() {
   flock 8 # one build at a time on this machine (shared with jaeger.sh)
 
   go_build etcd "$etcd_version" "$here/etcd" go.etcd.io/etcd/server/v3 "-s -w" "~1 min"
+  go_build kwok "$kwok_version" "$here/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w" "~2 min"
 
   local major minor v="$k8s_version" ld p
   major="${v#v}"
@@ -287,6 +299,7 @@ healthy() {
       ;;
     kube-controller-manager) curl -fsS -m 2 -o /dev/null -k "$cm_url/healthz" 2>/dev/null ;;
     kube-scheduler) curl -fsS -m 2 -o /dev/null -k "$sched_url/healthz" 2>/dev/null ;;
+    kwok) curl -fsS -m 2 -o /dev/null "$kwok_url/healthz" 2>/dev/null ;;
     *) return 1 ;;
   esac
 }
@@ -297,6 +310,7 @@ url_of() {
     kube-apiserver) echo "$apiserver_url" ;;
     kube-controller-manager) echo "$cm_url" ;;
     kube-scheduler) echo "$sched_url" ;;
+    kwok) echo "$kwok_url" ;;
   esac
 }
 
@@ -449,6 +463,21 @@ start_scheduler_process() {
     --leader-elect=false
 }
 
+# kwok runs the nodes annotated $kwok_selector (their pods run, finish, go away).
+start_kwok() {
+  start_component kwok \
+    --kubeconfig "$admin_kubeconfig" \
+    --config "$here/kwok/stages.yaml" \
+    --manage-nodes-with-annotation-selector "$kwok_selector" \
+    --server-address 127.0.0.1:10247 \
+    --node-ip 127.0.0.1 \
+    --cidr 10.244.0.0/16
+}
+
+kwok_enabled() {
+  [[ "${BORG_KWOK:-1}" != 0 ]]
+}
+
 # Copies the scheduler config SOURCE to DEST; a config without a top-level
 # clientConnection gets one with this cluster's scheduler kubeconfig.
 effective_scheduler_config() { # SOURCE DEST
@@ -479,11 +508,15 @@ cmd_start() {
     effective_scheduler_config "$sched_default_config" "$sched_config"
   fi
   start_scheduler_process
+  if kwok_enabled; then
+    start_kwok
+  fi
   echo "kube: control plane $k8s_version ready at $apiserver_url (KUBECONFIG=$admin_kubeconfig)"
 }
 
 cmd_stop() {
   lock
+  stop_component kwok
   stop_component kube-scheduler
   stop_component kube-controller-manager
   stop_component kube-apiserver
@@ -492,7 +525,11 @@ cmd_stop() {
 
 cmd_status() {
   local name rc=0
-  for name in kube-apiserver etcd kube-controller-manager kube-scheduler; do
+  local names=(kube-apiserver etcd kube-controller-manager kube-scheduler)
+  if kwok_enabled; then
+    names+=(kwok)
+  fi
+  for name in "${names[@]}"; do
     if healthy "$name"; then
       echo "$name  $(url_of "$name")  healthy"
     else

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -220,14 +221,19 @@ def apply(manifest: dict[str, Any]) -> None:
     kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
 
 
-def make_node(name: str) -> None:
-    """A hand-made Node (no kubelet here) with room for pods."""
+def make_node(name: str, *, kwok: bool = False) -> None:
+    """A hand-made Node with room for pods: no kubelet, or run by kube.sh's kwok when ``kwok``."""
     capacity = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    annotations = {"kwok.x-k8s.io/node": "fake"} if kwok else {}
     apply(
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "borg.test/it": "true"}},
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, "borg.test/it": "true"},
+                "annotations": annotations,
+            },
         }
     )
     status = {"status": {"capacity": capacity, "allocatable": capacity}}
@@ -264,6 +270,7 @@ def test_kube_status_reports_every_component_healthy(kube: Path) -> None:
         "etcd  http://127.0.0.1:2379  healthy",
         "kube-controller-manager  https://127.0.0.1:10257  healthy",
         "kube-scheduler  https://127.0.0.1:10259  healthy",
+        "kwok  http://127.0.0.1:10247  healthy",
     ]
     assert kube.is_file()
     assert kube.name == "admin.kubeconfig"
@@ -340,6 +347,95 @@ def test_deployment_gets_replicaset_and_pods_bound_to_hand_made_node(namespace: 
 
     events = kubectl_json("get", "events", "-n", namespace, "--field-selector", "reason=Scheduled")["items"]
     assert any(node in e["message"] for e in events), events
+
+
+@pytest.fixture
+def kwok_node(kube: Path) -> Iterator[str]:
+    name = f"it-kwok-{uuid.uuid4().hex[:8]}"
+    make_node(name, kwok=True)
+    yield name
+    kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+
+
+@pytest.mark.integration
+@pytest.mark.kube
+@pytest.mark.timeout(3600)
+def test_kwok_runs_pods_of_its_nodes_completes_jobs_after_their_delay_and_finishes_deletion(
+    namespace: str, kwok_node: str, node: str
+) -> None:
+    """kwok (kube.sh) plays the kubelet of annotated nodes only: Running/Ready, Job completion, deletion."""
+    spec = {
+        "containers": [{"name": "c", "image": "registry.invalid/c:1", "resources": {"requests": {"cpu": "100m"}}}]
+    }
+    for name, on in (("on-kwok", kwok_node), ("no-kubelet", node)):
+        apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {**spec, "nodeSelector": {"kubernetes.io/hostname": on}},
+            }
+        )
+
+    def running(name: str) -> dict[str, Any] | None:
+        pod = kubectl_json("get", "pod", name, "-n", namespace)
+        return pod if pod["status"].get("phase") == "Running" and _ready(pod) else None
+
+    pod = wait_for(lambda: running("on-kwok"), timeout=60, what="kwok to report the pod Running and Ready")
+    assert pod["status"]["podIP"], pod["status"]
+    # the kubelet-less node's pod is bound, never run
+    other = kubectl_json("get", "pod", "no-kubelet", "-n", namespace)
+    assert other["spec"]["nodeName"] == node and other["status"]["phase"] == "Pending"
+
+    delay_s = 4
+    apply(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "timed", "namespace": namespace},
+            "spec": {
+                "template": {
+                    "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": f"{delay_s}s"}},
+                    "spec": {**spec, "restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": kwok_node}},
+                }
+            },
+        }
+    )
+
+    def job_pod(phase: str) -> dict[str, Any] | None:
+        pods = kubectl_json("get", "pods", "-n", namespace, "-l", "job-name=timed")["items"]
+        return pods[0] if pods and pods[0]["status"].get("phase") == phase else None
+
+    started = wait_for(lambda: job_pod("Running"), timeout=60, what="the Job's pod Running")
+    done = wait_for(lambda: job_pod("Succeeded"), timeout=60, what="the Job's pod Succeeded")
+    assert done["metadata"]["uid"] == started["metadata"]["uid"]
+    state = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert state["reason"] == "Completed" and state["exitCode"] == 0
+    # completed after the annotated delay, counted from Running (second resolution in the API)
+    run_s = datetime.fromisoformat(state["finishedAt"]) - datetime.fromisoformat(
+        started["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    )
+    assert run_s.total_seconds() >= delay_s - 1, run_s
+    wait_for(
+        lambda: kubectl_json("get", "job", "timed", "-n", namespace)["status"].get("succeeded") == 1 or None,
+        timeout=60,
+        what="the Job controller to count the completion",
+    )
+
+    # graceful deletion finishes on the kwok node (a kubelet would confirm it); not on the other
+    kubectl("delete", "pod", "on-kwok", "no-kubelet", "-n", namespace, "--wait=false")
+
+    def gone() -> bool | None:
+        names = {p["metadata"]["name"] for p in kubectl_json("get", "pods", "-n", namespace)["items"]}
+        return True if "on-kwok" not in names else None
+
+    wait_for(gone, timeout=60, what="kwok to finish the pod's deletion")
+    stuck = kubectl_json("get", "pod", "no-kubelet", "-n", namespace)
+    assert stuck["metadata"].get("deletionTimestamp"), stuck["metadata"]
 
 
 @pytest.mark.integration
