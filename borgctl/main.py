@@ -57,8 +57,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         created = asyncio.run(create_topics(bootstrap()))
         print(f"topics: {len(created)} created" + (f" ({', '.join(created)})" if created else " (all present)"))
     if not args.no_services and (not args.only or "services" in names):
+        wired, notes = stack.local_service_env()
+        for note in notes:
+            print(note)
         for entry in stack.local_services():
-            print(stack.service_up(entry))
+            print(stack.service_up(entry, wired))
     return 0
 
 

@@ -72,6 +72,48 @@ def infra_status() -> list[tuple[str, bool, str]]:
     return rows
 
 
+LOCAL_OTLP_ENDPOINT = "http://127.0.0.1:4317"
+"""The local Jaeger's OTLP gRPC receiver (infra/jaeger/jaeger.sh)."""
+
+
+def local_service_env(environ: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """What services started by ``borgctl up`` need to use the local stack, and one line per choice.
+
+    Tracing goes to the local Jaeger when it is healthy, unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set
+    already (an operator's own collector) or ``OTEL_SDK_DISABLED=true``; the referee and the cluster
+    watcher get the local control plane's kubeconfig when it is up and ``KUBECONFIG`` is not set. Without
+    these a plain ``borgctl up`` traced nothing and the Kubernetes services exited at start.
+    """
+    env = dict(os.environ if environ is None else environ)
+    wired: dict[str, str] = {}
+    notes: list[str] = []
+    by_name = {i.name: i for i in INFRA}
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        notes.append("tracing: off (OTEL_SDK_DISABLED=true)")
+    elif env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        notes.append(f"tracing: to {env['OTEL_EXPORTER_OTLP_ENDPOINT']} (OTEL_EXPORTER_OTLP_ENDPOINT)")
+    elif _healthy(by_name["jaeger"]):
+        wired["OTEL_EXPORTER_OTLP_ENDPOINT"] = LOCAL_OTLP_ENDPOINT
+        notes.append(f"tracing: to the local Jaeger at {LOCAL_OTLP_ENDPOINT} (OTEL_SDK_DISABLED=true turns it off)")
+    else:
+        notes.append("tracing: off (the local Jaeger is not running and OTEL_EXPORTER_OTLP_ENDPOINT is not set)")
+    if env.get("KUBECONFIG"):
+        notes.append(f"kubernetes: KUBECONFIG={env['KUBECONFIG']}")
+    elif _healthy(by_name["kube"]):
+        result = run_script(by_name["kube"], "kubeconfig", capture=True)
+        path = result.stdout.strip()
+        if result.returncode == 0 and path:
+            wired["KUBECONFIG"] = path
+            notes.append(f"kubernetes: the local control plane (KUBECONFIG={path})")
+    else:
+        notes.append("kubernetes: no KUBECONFIG and no local control plane: referee and cluster-watcher will not start")
+    return wired, notes
+
+
+def _healthy(infra: Infra) -> bool:
+    return infra.installed() and run_script(infra, "status", capture=True).returncode == 0
+
+
 # --- services as supervised background processes -------------------------------------------------
 
 

@@ -28,6 +28,11 @@ class RuntimeSettings(BaseSettings):
     health_port: int = Field(default=0, ge=0, le=65535, validation_alias="HEALTH_PORT")
     otel_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     otel_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, validation_alias="OTEL_SAMPLE_RATIO")
+    otel_sdk_disabled: bool = Field(
+        default=False,
+        validation_alias="OTEL_SDK_DISABLED",
+        description="OpenTelemetry's standard switch: true exports no spans whatever the endpoint",
+    )
     shutdown_grace_s: float = Field(default=10.0, gt=0, le=300, validation_alias="SHUTDOWN_GRACE_S")
     error_policy: Literal["deadletter", "crash"] = Field(default="deadletter", validation_alias="ERROR_POLICY")
     health_stall_after_s: float = Field(
