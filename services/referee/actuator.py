@@ -440,6 +440,9 @@ class KubeActuator:
         total = step.payload_int("memory_request_mib")
         if total is None or total < 1:
             return Outcome("refused", "proposal carries no payload 'memory_request_mib'", involved=involved)
+        unsupported = patches.resize_refusal(pod)
+        if unsupported is not None:
+            return Outcome("refused", f"in-place resize not possible: {unsupported}", involved=involved)
         body, message = patches.resize_body(pod, total)
         if body is None:
             return Outcome("refused", f"no change: {message}", involved=involved)

@@ -62,20 +62,66 @@ def with_taint(node: Obj, key: str, value: str, effect: str) -> list[Obj] | None
     return [*kept, taint]
 
 
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def resize_refusal(pod: Obj) -> str | None:
+    """Why kube-apiserver would refuse any pods/resize of this pod (None: it may accept one).
+
+    The API server's own rules (k8s.io/kubernetes v1.36.3, pkg/apis/core/validation/validation.go
+    ``ValidatePodResize`` and ``isPodResizeRequestSupported``), checked before asking, so the referee
+    refuses with the reason instead of applying an action that fails with 422:
+
+    * static (mirror) pods and Windows pods cannot be resized;
+    * a pod with a running container whose status reports no ``resources`` runs on a node whose
+      kubelet does not support in-place resize (the API's version-skew rule);
+    * a Guaranteed pod cannot change its memory request alone (its QoS class would change).
+    """
+    if MIRROR_POD_ANNOTATION in annotations_of(pod):
+        return "static (mirror) pods cannot be resized"
+    spec = pod.get("spec") or {}
+    if ((spec.get("os") or {}).get("name") or "").lower() == "windows":
+        return "Windows pods cannot be resized in place"
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        if (c.get("state") or {}).get("running") is not None:
+            if c.get("resources") is None:
+                node = spec.get("nodeName") or "?"
+                return (
+                    f"node {node} does not support in-place resize (its running containers report no "
+                    "resources: a kubelet without InPlacePodVerticalScaling)"
+                )
+            break
+    if status.get("qosClass") == "Guaranteed":
+        return "the pod is Guaranteed: changing its memory request alone would change its QoS class"
+    return None
+
+
 def resize_body(pod: Obj, total_mib: int) -> tuple[Obj | None, str]:
     """Container memory requests scaled so they sum to total_mib (body for pods/resize), or (None, why not)."""
     containers = [c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name")]
     current: dict[str, float] = {}
+    limits: dict[str, float] = {}
     for c in containers:
-        raw = ((c.get("resources") or {}).get("requests") or {}).get("memory")
+        resources = c.get("resources") or {}
+        raw = (resources.get("requests") or {}).get("memory")
         if raw is not None:
             current[c["name"]] = parse_quantity(raw)
+            limit = (resources.get("limits") or {}).get("memory")
+            if limit is not None:
+                limits[c["name"]] = parse_quantity(limit)
     total = sum(current.values())
     if not current or total <= 0:
         return None, "no container has a memory request to resize"
     if abs(total - total_mib * MIB) < MIB:
         return None, f"memory requests already total {format_mib(total)}"
     factor = total_mib * MIB / total
+    over = [name for name, value in current.items() if name in limits and value * factor > limits[name]]
+    if over:
+        return (
+            None,
+            f"the new memory request of container {over[0]} would exceed its limit {format_mib(limits[over[0]])}",
+        )
     body = {
         "spec": {
             "containers": [

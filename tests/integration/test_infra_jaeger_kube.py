@@ -368,9 +368,7 @@ def test_kwok_runs_pods_of_its_nodes_completes_jobs_after_their_delay_and_finish
     namespace: str, kwok_node: str, node: str
 ) -> None:
     """kwok (kube.sh) plays the kubelet of annotated nodes only: Running/Ready, Job completion, deletion."""
-    spec = {
-        "containers": [{"name": "c", "image": "registry.invalid/c:1", "resources": {"requests": {"cpu": "100m"}}}]
-    }
+    spec = {"containers": [{"name": "c", "image": "registry.invalid/c:1", "resources": {"requests": {"cpu": "100m"}}}]}
     for name, on in (("on-kwok", kwok_node), ("no-kubelet", node)):
         apply(
             {
@@ -387,6 +385,12 @@ def test_kwok_runs_pods_of_its_nodes_completes_jobs_after_their_delay_and_finish
 
     pod = wait_for(lambda: running("on-kwok"), timeout=60, what="kwok to report the pod Running and Ready")
     assert pod["status"]["podIP"], pod["status"]
+    # kwok reports the running container's resources, so kube-apiserver accepts an in-place resize
+    assert pod["status"]["containerStatuses"][0]["resources"] == {"requests": {"cpu": "100m"}}
+    resize = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "200m"}}}]}}
+    kubectl("patch", "pod", "on-kwok", "-n", namespace, "--subresource=resize", "-p", json.dumps(resize))
+    resized = kubectl_json("get", "pod", "on-kwok", "-n", namespace)
+    assert resized["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "200m"}
     # the kubelet-less node's pod is bound, never run
     other = kubectl_json("get", "pod", "no-kubelet", "-n", namespace)
     assert other["spec"]["nodeName"] == node and other["status"]["phase"] == "Pending"

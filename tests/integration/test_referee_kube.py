@@ -175,12 +175,30 @@ async def test_decisions_reach_the_cluster_with_the_referee_rbac_and_replays_cha
             pdb("api", {"app": "api"}, 4),
             pod("victim", worker),
             pod("fat", worker, memory="256Mi"),
+            pod("old-kubelet", worker, memory="256Mi"),
             pod("guarded", worker, labels={"app": "guarded"}),
             pdb("guarded", {"app": "guarded"}, 1),
         ],
         namespace=ns,
     )
     mark_running(ns, "guarded")
+    # running as a kubelet without in-place resize reports it: container status without resources
+    old_kubelet = {
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "app",
+                    "image": "registry.invalid/app:1",
+                    "imageID": "",
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": "2026-11-27T00:00:00Z"}},
+                }
+            ],
+        }
+    }
+    kubectl("patch", "pod", "old-kubelet", "-n", ns, "--subresource=status", "-p", json.dumps(old_kubelet))
     await wait_pdb_observed(ns, "guarded", healthy=1)
     await wait_pdb_observed(ns, "api")
     web_generation = kubectl_json("get", "deploy", "web", "-n", ns)["metadata"]["generation"]
@@ -195,6 +213,7 @@ async def test_decisions_reach_the_cluster_with_the_referee_rbac_and_replays_cha
         proposal("evict", pod_ref(ns, "victim"), 0.9),
         proposal("evict", pod_ref(ns, "guarded"), 0.9),
         proposal("memory_balloon", pod_ref(ns, "fat"), 0.8, memory_request_mib=128),
+        proposal("memory_balloon", pod_ref(ns, "old-kubelet"), 0.8, memory_request_mib=128),
         batch_up,
         batch_down,
         proposal("scale_in", dep_ref(ns, "api"), 0.9, replicas=3),
@@ -224,6 +243,7 @@ async def test_decisions_reach_the_cluster_with_the_referee_rbac_and_replays_cha
         pod_ref(ns, "victim").key(): ("evict", "applied"),
         pod_ref(ns, "guarded").key(): ("evict", "refused"),
         pod_ref(ns, "fat").key(): ("memory_balloon", "applied"),
+        pod_ref(ns, "old-kubelet").key(): ("memory_balloon", "refused"),
         dep_ref(ns, "batch").key(): ("scale_out", "applied"),
         dep_ref(ns, "api").key(): ("scale_in", "refused"),
         dep_ref(ns, "low").key(): ("deprioritize", "applied"),
@@ -267,6 +287,12 @@ async def test_decisions_reach_the_cluster_with_the_referee_rbac_and_replays_cha
     # In-place resize through pods/resize.
     fat = kubectl_json("get", "pod", "fat", "-n", ns)
     assert fat["spec"]["containers"][0]["resources"]["requests"]["memory"] == "128Mi"
+    # ... refused before asking the API (which answers 422) when the pod's node cannot resize in place
+    old = results[pod_ref(ns, "old-kubelet").key()]
+    assert old.message.startswith(f"in-place resize not possible: node {worker} does not support in-place resize")
+    assert old.api_status is None
+    old_pod = kubectl_json("get", "pod", "old-kubelet", "-n", ns)
+    assert old_pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "256Mi"
 
     # Conflict: SLA (scale_out 0.6) beat efficiency (scale_in 0.9); both proposals are in the decision.
     d_batch = decisions[dep_ref(ns, "batch").key()]
