@@ -6,6 +6,8 @@
   nodes cannot flood the browser); the browser's EventSource reconnects by itself;
 - ``/api/state`` (``?since=<version>`` for a diff), ``/api/decisions/<id>`` (the full Decision and
   ActionResult as received, evidence included);
+- ``/api/arena``: the latest arena results (``arena.load_arena``: policies side by side against
+  kube-default), read from ``arena_results`` at each request (the file is small);
 - ``/healthz`` ``/readyz`` ``/metrics`` as the runtime's HealthServer serves them.
 """
 
@@ -22,6 +24,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
+from services.dashboard.arena import load_arena
 from services.dashboard.state import DashboardState
 
 log = logging.getLogger(__name__)
@@ -39,8 +42,10 @@ class DashboardServer:
         port: int = 8080,
         push_interval_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        arena_results: Path | None = None,
     ) -> None:
         self.state = state
+        self.arena_results = arena_results
         self.host = host
         self.port = port
         self.push_interval_s = push_interval_s
@@ -56,6 +61,7 @@ class DashboardServer:
         r.add_get("/events", self._events)
         r.add_get("/api/state", self._api_state)
         r.add_get("/api/decisions/{decision_id}", self._api_decision)
+        r.add_get("/api/arena", self._api_arena)
         r.add_get("/healthz", self._healthz)
         r.add_get("/readyz", self._readyz)
         r.add_get("/metrics", self._metrics)
@@ -141,6 +147,10 @@ class DashboardServer:
             "trace_id": entry.trace_id,
         }
         return web.Response(body=orjson.dumps(body, option=orjson.OPT_INDENT_2), content_type="application/json")
+
+    async def _api_arena(self, _: web.Request) -> web.Response:
+        view = await asyncio.to_thread(load_arena, self.arena_results)
+        return web.Response(body=orjson.dumps(view), content_type="application/json")
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -10,6 +10,7 @@ listener, which every service starts, cannot share that port: for the dashboard 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field
@@ -19,6 +20,8 @@ from services.dashboard.state import StateConfig
 from services.runtime.settings import RuntimeSettings
 
 StartAt = Literal["earliest", "latest", "lookback"]
+DEFAULT_ARENA_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "arena" / "results.json"
+"""The project's latest full arena run (docs/arena.md says how it was made); absent in container images."""
 
 
 class DashboardSettings(RuntimeSettings):
@@ -55,6 +58,10 @@ class DashboardSettings(RuntimeSettings):
     max_deadletters: int = Field(default=100, ge=1, le=10_000)
     push_interval_s: float = Field(default=1.0, gt=0, le=60, description="At most one browser update per interval")
     offsets_interval_s: float = Field(default=2.0, gt=0, le=300, description="Topic rates and consumer lag poll")
+    arena_results: Path | None = Field(
+        default=DEFAULT_ARENA_RESULTS,
+        description="results.json of `borgctl eval arena` (or its --out directory) for the Benefit panel",
+    )
 
     def state_config(self) -> StateConfig:
         return StateConfig(

@@ -174,10 +174,31 @@ async def chromium(tmp_path: Path) -> AsyncIterator[DevTools]:
 async def test_dashboard_in_headless_chromium(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
     started = time.monotonic()
     traffic = await replay_traffic(kafka_bootstrap, topic_prefix, nodes=NODES, rounds=6)
-    settings = settings_for(topic_prefix, port=free_port(), history_minutes=1)
+    arena = tmp_path / "arena"
+    arena.mkdir()
+    rows = [("kube-default", 200.0, 0.50), ("random", 300.0, 0.48), ("extender", 120.0, 0.52)]
+    (arena / "results.json").write_text(json.dumps({"machine": {"commit": "t"}, "results": [
+        r for case, slo, util in rows for r in (
+            {"bench": "arena", "case": case, "metric": "slo_violation_task_s", "value": slo, "unit": "s"},
+            {"bench": "arena", "case": case, "metric": "mean_cpu_utilisation", "value": util, "unit": "ratio"})]}))
+    settings = settings_for(topic_prefix, port=free_port(), history_minutes=1, arena_results=arena)
     async with running_dashboard(settings) as base, chromium(tmp_path) as page:
         await page.call("Page.navigate", url=f"{base}/")
         await page.wait_for("document.readyState === 'complete' && !!window.__dashboard", what="page loaded")
+        # the Benefit panel: the arena's policies side by side, ratios to kube-default, better/worse marked
+        benefit = await page.wait_for(
+            """(() => { const c = document.querySelector(
+                  '#benefit tr[data-metric="slo_violation_task_s"] td[data-policy="extender"]');
+                return c ? {text: c.textContent, cls: c.className,
+                            worse: document.querySelector('#benefit tr[data-metric="slo_violation_task_s"]'
+                                   + ' td[data-policy="random"]').className,
+                            heads: [...document.querySelectorAll('#benefit th')].map(t => t.textContent)}
+                         : null; })()""",
+            what="arena results in the Benefit panel",
+        )
+        assert benefit["heads"] == ["metric", "kube-default", "random", "extender"], benefit
+        assert benefit["text"] == "1200.60×", benefit  # the value, then its ratio to kube-default
+        assert "better" in benefit["cls"] and "worse" in benefit["worse"], benefit
         await page.eval("window.__noReload = true")
 
         # a decision row with every proposal it weighed, side by side and colour-coded by agent

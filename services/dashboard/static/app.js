@@ -439,6 +439,53 @@
       (last ? `<div class="subhead">last ${d.last.length}</div>${last}` : '<p class="empty">none — nothing was dropped</p>');
   }
 
+  // ------------------------------------------------------------------ benefit (arena results)
+
+  // metrics where a lower value is the better one (slowdowns, violations, cost); others: higher is better
+  const LOWER_IS_BETTER = /violation|slowdown|inflation|eviction|cost|_us|latency|pending|nodes_used/;
+
+  function renderBenefit(view) {
+    S.arena = view;
+    const box = $("benefit");
+    if (!view.available) {
+      box.innerHTML = `<p class="empty">${esc(view.reason)}</p>`;
+      $("benefit-source").textContent = "";
+      return;
+    }
+    const policies = view.policies;
+    const base = view.baseline;
+    const head = `<tr><th>metric</th>${policies.map((p) => `<th class="num">${esc(p)}</th>`).join("")}</tr>`;
+    const rows = view.table.map((r) => {
+      const lower = LOWER_IS_BETTER.test(r.metric);
+      const cells = policies.map((p) => {
+        const v = r.values[p];
+        if (v === undefined || v === null) return `<td class="num">–</td>`;
+        const ratio = r.vs_baseline[p];
+        let cls = "";
+        if (base && p !== base && ratio !== undefined && Math.abs(ratio - 1) > 0.005) {
+          cls = (ratio < 1) === lower ? "better" : "worse";
+        }
+        const shown = Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(3);
+        const rel = base && p !== base && ratio !== undefined ? `<span class="ratio">${ratio.toFixed(2)}×</span>` : "";
+        return `<td class="num ${cls}" data-policy="${esc(p)}">${shown}${rel}</td>`;
+      }).join("");
+      return `<tr data-metric="${esc(r.metric)}"><td title="${esc(r.unit)}">${esc(r.metric)}${r.unit ? ` <span class="muted">${esc(r.unit)}</span>` : ""}</td>${cells}</tr>`;
+    }).join("");
+    box.innerHTML = `<table class="t">${head}${rows}</table>`;
+    const m = view.machine || {};
+    $("benefit-source").textContent = `${view.source} · ${new Date(view.mtime_ms).toISOString().slice(0, 16)}Z` +
+      (m.commit ? ` · commit ${m.commit}` : "") + (base ? ` · ratios vs ${base}` : "");
+  }
+
+  async function loadBenefit() {
+    try {
+      const r = await fetch("/api/arena", { cache: "no-store" });
+      renderBenefit(await r.json());
+    } catch (e) {
+      $("benefit").innerHTML = `<p class="empty err">arena results unavailable: ${esc(e)}</p>`;
+    }
+  }
+
   // ------------------------------------------------------------------ wiring
 
   $("decision-filter").addEventListener("input", () => schedule("decisions"));
@@ -451,4 +498,6 @@
   setInterval(() => schedule("header", "order", "cluster"), 1000);
   window.__dashboard = S;
   connect();
+  loadBenefit();
+  setInterval(loadBenefit, 60000); // a new arena run shows up within a minute
 })();
