@@ -47,6 +47,7 @@ from services.runtime.admin import check_partitions, connect_admin
 from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.health import HealthServer
 from services.runtime.lag import lag_reporter
+from services.runtime.latency import STAGE_LATENCY, trace_id_of
 from services.runtime.metrics import COMMIT_SECONDS, CONSUMER_LAG, MESSAGES_IN
 from services.runtime.progress import Progress
 from services.runtime.recovery import Mark, Plan, plan_partition, read_back_dead_letters
@@ -450,7 +451,36 @@ class BatchStream:
             await self._write_start_marks(batch)
         await self._handle_isolating(batch)
         await self.sink.push()
+        self._note_latency(batch)
         self._advance(batch)
+
+    def _note_latency(self, batch: Batch) -> None:
+        """Count the batch in ``borg_stage_latency_seconds`` once its outputs are acknowledged."""
+        by_topic: dict[str, tuple[list[int], Record]] = {}
+        for tp, records in batch.items():
+            if not records:
+                continue
+            stamps, oldest = by_topic.get(tp.topic) or ([], records[0])
+            stamps.extend([r.timestamp for r in records if r.timestamp > 0])
+            # a partition's records come in offset order: its first is (about) its oldest
+            if records[0].timestamp < oldest.timestamp:
+                oldest = records[0]
+            by_topic[tp.topic] = (stamps, oldest)
+        if not by_topic:
+            return
+
+        def observe(done: asyncio.Future[Any] | None = None) -> None:
+            if done is not None and (done.cancelled() or done.exception() is not None):
+                return  # a failed send: the flush reports it, and the batch is delivered again
+            now_ms = time.time() * 1000.0
+            for topic, (stamps, oldest) in by_topic.items():
+                STAGE_LATENCY.observe(self.service, topic, stamps, now_ms, trace_id_of(oldest.headers))
+
+        acked = self.sink.acked()
+        if acked is None:
+            observe()
+        else:
+            acked.add_done_callback(observe)
 
     async def _handle_isolating(self, batch: Batch) -> None:
         """``handle`` the batch; when it raises, find the records that fail it and dead-letter them.

@@ -6,7 +6,8 @@ import logging
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
 log = logging.getLogger(__name__)
 ReadyCheck = Callable[[], bool]
@@ -71,5 +72,10 @@ class HealthServer:
         ok = bool(results) and all(results.values())
         return web.json_response({"ready": ok, "checks": results}, status=200 if ok else 503)
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    async def _metrics(self, request: web.Request) -> web.Response:
+        # OpenMetrics when the scraper asks for it (Prometheus does with exemplar storage on): the only
+        # format that carries the latency histogram's exemplars (trace ids)
+        if "application/openmetrics-text" in request.headers.get("Accept", ""):
+            return web.Response(body=openmetrics.generate_latest(REGISTRY),  # type: ignore[no-untyped-call]
+                                headers={"Content-Type": openmetrics.CONTENT_TYPE_LATEST})
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

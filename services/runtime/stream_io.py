@@ -178,6 +178,13 @@ class Sink:
                 counter = self._sent_counters[topic] = MESSAGES_OUT.labels(topic)
             counter.inc(n)
 
+    def acked(self) -> asyncio.Future[Any] | None:
+        """A future done when everything handed to the producer so far is acknowledged (None: nothing
+        is waiting); it fails when a send fails. For watching latency only: ``flush`` is what commits."""
+        if not self._pending:
+            return None
+        return asyncio.gather(*self._pending)
+
     async def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         await self._send(topic, key, value, [], partition=partition)
 

@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaProducer
 from services.risk.replay import committed_offsets
 from services.runtime.batch_stream import Batch, BatchStream, ChangelogState
 from services.runtime.changelog import read_changelog
+from services.runtime.latency import STAGE_LATENCY
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import StreamSettings
 from tests.conftest import wait_until
@@ -90,6 +91,11 @@ async def test_state_and_offsets_continue_across_restarts(kafka_bootstrap: str, 
         await _run_until(two, kafka_bootstrap, topic_prefix, total)
         assert two.handled == total - first, "the second run re-read committed input"
         assert {k: int(two.state.get(k) or b"0") for k in keys} == dict.fromkeys(keys, 5)
+        # every record handled was counted in the stage latency histogram (once, across both runs)
+        (family,) = list(STAGE_LATENCY.collect())
+        counted = [s.value for s in family.samples if s.name == "borg_stage_latency_seconds_count"
+                   and s.labels == {"service": SERVICE, "topic": topic_prefix + TOPIC}]
+        assert counted == [total]
         changelog = await read_changelog(kafka_bootstrap, two.state.topic, range(6))
         merged = {k.decode(): int(v) for part in changelog.values() for k, v in part.items()}
         assert merged == dict.fromkeys(keys, 5)
