@@ -1,0 +1,274 @@
+"""The live arena's Kubernetes side, on the local control plane with kwok (infra/kube/kube.sh).
+
+* ``ArenaKube`` makes the run's nodes (kwok-annotated, so kwok runs their pods; labelled and
+  tainted with the run id, so only the run's pods land there and the run's pods land nowhere
+  else), submits each arena task as a one-pod Job whose pod kwok completes after the task's run
+  time (``pod-complete.stage.kwok.x-k8s.io/delay``), lists where every task ran and when, and
+  deletes it all at the end.
+* ``private_scheduler`` runs the kube-scheduler binary kube.sh built, under a scheduler name of the
+  run's own (pods name it in ``spec.schedulerName``), either with the default profile
+  (``kube-default``) or with the project's extender configuration
+  (deploy/scheduler-extender/kube-scheduler-config.yaml pointed at a running extender), so
+  policies run side by side without touching the cluster's own scheduler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml  # type: ignore[import-untyped]
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTENDER_CONFIG = ROOT / "deploy" / "scheduler-extender" / "kube-scheduler-config.yaml"
+RUN_LABEL = "borg-orchestrator.io/arena-run"
+TASK_LABEL = "borg-orchestrator.io/arena-task"
+KIND_LABEL = "borg-orchestrator.io/workload-kind"
+CLASS_LABEL = "borg-orchestrator.io/workload-class"
+KWOK_NODE = ("kwok.x-k8s.io/node", "fake")
+KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+@dataclass(frozen=True)
+class LiveTask:
+    """One arena task as the live arena submits it."""
+
+    task_id: str
+    kind: str
+    workload_class: str
+    cpu_m: int
+    memory_mib: int
+    run_s: float
+    """Wall-clock seconds kwok keeps its pod Running before completing it."""
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """Where and when a task's pod ran, as the API server reports it (None: not yet)."""
+
+    task_id: str
+    node: str | None
+    phase: str
+    started_s: float | None
+    finished_s: float | None
+
+
+def kube_scheduler_binary() -> Path:
+    """The kube-scheduler kube.sh built for the version pinned in infra/kube/go.mod."""
+    from borgctl.paths import cache_dir
+
+    text = (ROOT / "infra" / "kube" / "go.mod").read_text()
+    match = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", text, re.MULTILINE)
+    if match is None:
+        raise RuntimeError("cannot read the pinned k8s.io/kubernetes version from infra/kube/go.mod")
+    binary = cache_dir() / "bin" / f"kube-scheduler-{match.group(1)}"
+    if not binary.exists():
+        raise RuntimeError(f"{binary} is missing: run `bash infra/kube/kube.sh build`")
+    return binary
+
+
+def scheduler_config(name: str, kubeconfig: Path, extender_url: str | None) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration for one policy: the default plugins, or the project's extender config."""
+    if extender_url is None:
+        config: dict[str, Any] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": name}],
+        }
+    else:
+        config = yaml.safe_load(EXTENDER_CONFIG.read_text())
+        (extender,) = config["extenders"]
+        extender["urlPrefix"] = extender_url
+        (profile,) = config["profiles"]
+        profile["schedulerName"] = name
+    config["leaderElection"] = {"leaderElect": False}
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    return config
+
+
+@contextlib.contextmanager
+def private_scheduler(
+    binary: Path, config: dict[str, Any], workdir: Path, port: int, timeout_s: float = 90.0
+) -> Iterator[Path]:
+    """kube-scheduler with ``config`` until the block ends; yields its log file."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / f"scheduler-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = workdir / f"scheduler-{port}.log"
+    kubeconfig = config["clientConnection"]["kubeconfig"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "--config",
+                str(path),
+                "--authentication-kubeconfig",
+                kubeconfig,
+                "--authorization-kubeconfig",
+                kubeconfig,
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"kube-scheduler exited ({proc.returncode}); log {log}:\n{_tail(log)}")
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2, context=insecure) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kube-scheduler not healthy within {timeout_s:.0f}s; log {log}:\n{_tail(log)}")
+            time.sleep(0.25)
+        yield log
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def job_manifest(task: LiveTask, *, run_id: str, scheduler: str) -> dict[str, Any]:
+    """A one-pod Job for ``task``: on the run's nodes only, named scheduler, completed by kwok after run_s."""
+    labels = {RUN_LABEL: run_id, TASK_LABEL: task.task_id, KIND_LABEL: task.kind, CLASS_LABEL: task.workload_class}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": task.task_id, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 600,
+            "template": {
+                "metadata": {"labels": labels, "annotations": {KWOK_DELAY: f"{max(task.run_s, 0.0):.3f}s"}},
+                "spec": {
+                    "schedulerName": scheduler,
+                    "restartPolicy": "Never",
+                    "nodeSelector": {RUN_LABEL: run_id},
+                    "tolerations": [{"key": RUN_LABEL, "operator": "Equal", "value": run_id, "effect": "NoSchedule"}],
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "task",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": f"{task.cpu_m}m", "memory": f"{task.memory_mib}Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def node_manifest(name: str, *, run_id: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {RUN_LABEL: run_id, "kubernetes.io/hostname": name},
+            "annotations": {KWOK_NODE[0]: KWOK_NODE[1]},
+        },
+        "spec": {"taints": [{"key": RUN_LABEL, "value": run_id, "effect": "NoSchedule"}]},
+    }
+
+
+class ArenaKube:
+    """One run's nodes, namespace and tasks on the API server (``kubernetes_asyncio`` ApiClient)."""
+
+    def __init__(self, api: Any, *, run_id: str, namespace: str) -> None:
+        from kubernetes_asyncio import client
+
+        self.api = api
+        self.run_id = run_id
+        self.namespace = namespace
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.nodes: list[str] = []
+
+    async def create(self, nodes: int, *, cpu: str = "16", memory: str = "64Gi", pods: int = 110) -> list[str]:
+        """The run's namespace and ``nodes`` kwok nodes with the given allocatable."""
+        namespace: Any = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": self.namespace, "labels": {RUN_LABEL: self.run_id}},
+        }
+        await self.core.create_namespace(namespace)
+        resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
+        for i in range(nodes):
+            name = f"arena-{self.run_id}-{i:03d}"
+            node: Any = node_manifest(name, run_id=self.run_id)
+            await self.core.create_node(node)
+            # kwok initialises a node only when it is not Ready: allocatable is set here, Ready by kwok
+            await self.core.patch_node_status(name, {"status": {"capacity": resources, "allocatable": resources}})
+            self.nodes.append(name)
+        return list(self.nodes)
+
+    async def submit(self, task: LiveTask, scheduler: str) -> None:
+        job: Any = job_manifest(task, run_id=self.run_id, scheduler=scheduler)  # the client takes a dict too
+        await self.batch.create_namespaced_job(self.namespace, job)
+
+    async def runs(self) -> list[TaskRun]:
+        """Every task pod of the run: node, phase, Running since / finished at (API server clock)."""
+        pods = await self.core.list_namespaced_pod(self.namespace, label_selector=f"{RUN_LABEL}={self.run_id}")
+        out = []
+        for p in pods.items:
+            statuses = p.status.container_statuses or []
+            state = statuses[0].state if statuses else None
+            # startTime: when the pod started running (kwok's pod-ready); the terminated state's own
+            # startedAt is kwok's completion time, not the start
+            started = p.status.start_time.timestamp() if p.status.start_time is not None else None
+            finished = None
+            if state is not None and state.terminated is not None and state.terminated.finished_at is not None:
+                finished = state.terminated.finished_at.timestamp()
+            out.append(
+                TaskRun(
+                    p.metadata.labels.get(TASK_LABEL, p.metadata.name),
+                    p.spec.node_name,
+                    p.status.phase or "Pending",
+                    started,
+                    finished,
+                )
+            )
+        return out
+
+    async def delete(self) -> None:
+        """The namespace (Jobs and pods with it: kwok finishes their deletion) and the nodes."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        with contextlib.suppress(ApiException):
+            await self.core.delete_namespace(self.namespace)
+        for name in self.nodes:
+            with contextlib.suppress(ApiException):
+                await self.core.delete_node(name)
+        self.nodes.clear()

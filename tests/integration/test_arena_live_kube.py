@@ -1,0 +1,76 @@
+"""The live arena's Kubernetes side on the real control plane with kwok (no Kafka).
+
+A private kube-scheduler with the default profile places one run's Jobs on the run's own kwok
+nodes; kwok runs each pod for its task's run time and completes it; the run's view says where and
+for how long each ran; deleting the run leaves no node behind.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from loadtests.arena_live.kube import (
+    ArenaKube,
+    LiveTask,
+    kube_scheduler_binary,
+    private_scheduler,
+    scheduler_config,
+)
+from tests.conftest import wait_until
+from tests.integration.test_referee_helpers import kube_admin  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.integration, pytest.mark.kube]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.timeout(300)
+async def test_default_profile_places_jobs_on_the_runs_kwok_nodes_and_kwok_runs_them(
+    kube_admin: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from kubernetes_asyncio import config
+
+    run_id = uuid.uuid4().hex[:8]
+    name = f"arena-{run_id}-kube-default"
+    api = await config.new_client_from_config(config_file=str(kube_admin))
+    arena = ArenaKube(api, run_id=run_id, namespace=f"arena-{run_id}")
+    try:
+        nodes = await arena.create(3, cpu="2", memory="4Gi")
+        sched = scheduler_config(name, kube_admin.parent / "scheduler.kubeconfig", extender_url=None)
+        with private_scheduler(kube_scheduler_binary(), sched, tmp_path, _free_port()):
+            tasks = [LiveTask(f"t{i}", "kind-a", "cpu_bound", 500, 256, run_s=3.0) for i in range(5)]
+            for task in tasks:
+                await arena.submit(task, name)
+
+            async def all_done() -> bool:
+                runs = await arena.runs()
+                return len(runs) == len(tasks) and all(r.phase == "Succeeded" for r in runs)
+
+            await wait_until(all_done, timeout=120, interval=0.5, what="every task's pod Succeeded (kwok)")
+        runs = {r.task_id: r for r in await arena.runs()}
+        assert set(runs) == {t.task_id for t in tasks}
+        assert {r.node for r in runs.values()} <= set(nodes)
+        # LeastAllocated spreads 5 half-CPU pods over 3 two-CPU nodes: never more than 2 on one
+        assert max(collections.Counter(r.node for r in runs.values()).values()) == 2
+        for r in runs.values():
+            assert r.started_s is not None and r.finished_s is not None
+            assert r.finished_s - r.started_s >= 2.0, r  # kwok's delay, at the API's one-second resolution
+    finally:
+        await arena.delete()
+        left = [
+            n.metadata.name
+            for n in (await arena.core.list_node(label_selector=f"borg-orchestrator.io/arena-run={run_id}")).items
+        ]
+        await api.close()
+    assert left == []
