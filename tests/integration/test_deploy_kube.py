@@ -19,6 +19,7 @@ import copy
 import glob
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -460,3 +461,126 @@ def test_scheduler_config_is_accepted_by_kube_scheduler(kube: Kube, tmp_path: Pa
     rejected = load(broken)
     assert rejected.returncode != 0
     assert "weight" in rejected.stderr
+
+
+# ---------------------------------------------------------------- network policies and alerts
+
+
+def _selects(selector: Doc, labels: dict[str, str]) -> bool:
+    """A LabelSelector's verdict (matchLabels and the In / NotIn / Exists / DoesNotExist expressions)."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        value, op = labels.get(e["key"]), e["operator"]
+        if (op == "In" and value not in e["values"]) or (op == "NotIn" and value in e["values"]):
+            return False
+        if (op == "Exists" and value is None) or (op == "DoesNotExist" and value is not None):
+            return False
+    return True
+
+
+def allowed(docs: list[Doc], namespace: str, labels: dict[str, str], direction: str, port: int,
+            protocol: str = "TCP") -> bool:
+    """Whether the NetworkPolicies let a pod (namespace, labels) send (Egress) or receive (Ingress) on ``port``,
+    from or to anywhere (the peers' own policies are not evaluated here). A pod no policy selects for that
+    direction is open, as in Kubernetes."""
+    rules_key = "egress" if direction == "Egress" else "ingress"
+    selecting = [
+        d for d in docs
+        if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == namespace
+        and direction in d["spec"].get("policyTypes", ["Ingress"]) and _selects(d["spec"]["podSelector"], labels)
+    ]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy["spec"].get(rules_key) or []:
+            ports = rule.get("ports")
+            if ports is None or any(p.get("port") == port and p.get("protocol", "TCP") == protocol for p in ports):
+                return True
+    return False
+
+
+def _pods(docs: list[Doc]) -> dict[str, tuple[str, dict[str, str]]]:
+    return {w["metadata"]["name"]: (w["metadata"]["namespace"], w["spec"]["template"]["metadata"]["labels"])
+            for w in workloads(docs)}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policies_deny_by_default_and_allow_exactly_the_needed_flows(
+    overlay: str, rendered: dict[str, list[Doc]]
+) -> None:
+    docs = rendered[overlay]
+    denies = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs
+              if d["kind"] == "NetworkPolicy" and d["spec"]["podSelector"] == {}
+              and set(d["spec"]["policyTypes"]) == {"Ingress", "Egress"} and not d["spec"].get("ingress")
+              and not d["spec"].get("egress")}
+    assert denies == {("borg-system", "default-deny"), ("borg-node", "default-deny")}
+    pods = _pods(docs)
+    api_writers = {"referee", "cluster-watcher"}
+    for name, (ns, labels) in pods.items():
+        # every workload: DNS, Kafka and the OTLP collector out
+        for port, proto in ((53, "UDP"), (53, "TCP"), (9092, "TCP"), (4317, "TCP"), (4318, "TCP")):
+            assert allowed(docs, ns, labels, "Egress", port, proto), (name, port, proto)
+        # the API server only for the two services that talk to it
+        assert allowed(docs, ns, labels, "Egress", 443) == (name in api_writers), name
+        # nothing else out, e.g. no SSH or HTTP to anywhere
+        assert not allowed(docs, ns, labels, "Egress", 22) and not allowed(docs, ns, labels, "Egress", 80), name
+        if name == "kafka":
+            assert allowed(docs, ns, labels, "Ingress", 9092) and allowed(docs, ns, labels, "Ingress", 9093)
+            continue
+        if name == "topic-init":
+            assert not allowed(docs, ns, labels, "Ingress", 8080)  # a Job serves nothing
+            continue
+        # probes, metrics and the dashboard page on 8080; the extender's port only for the extender
+        assert allowed(docs, ns, labels, "Ingress", 8080), name
+        assert allowed(docs, ns, labels, "Ingress", 8090) == (name == "scheduler-extender"), name
+        assert not allowed(docs, ns, labels, "Ingress", 9092), name
+    assert ("kafka" in pods) == (overlay == "in-cluster-kafka")
+
+
+METRIC = re.compile(r"\b(borg_[a-z0-9_]+?)(?:_bucket|_count|_sum|_total)?\b")
+
+
+def test_prometheus_operator_component_is_accepted_and_alerts_only_on_exported_metrics(
+    kube: Kube, namespaces: None, tmp_path: Path
+) -> None:
+    # the Prometheus Operator's CRDs are not part of this cluster: stand-ins with open schemas let the
+    # API server accept (dry run) what the component renders; the real CRDs validate more
+    for kind, plural in (("PodMonitor", "podmonitors"), ("PrometheusRule", "prometheusrules")):
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+        }
+        kube.run("apply", "-f", "-", stdin=json.dumps(crd))
+        kube.run("wait", "--for=condition=Established", f"crd/{plural}.monitoring.coreos.com", "--timeout=60s")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    rel = os.path.relpath(DEPLOY, overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [f"{rel}/base"],
+        "components": [f"{rel}/components/kafka-in-cluster", f"{rel}/components/prometheus-operator"],
+    }))
+    docs = render(kube, overlay)
+    assert_accepted(dry_run_apply(kube, docs), docs)
+    (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    # it scrapes every workload of the project by a port each of them names
+    for name, (_, labels) in _pods(docs).items():
+        if name in ("kafka", "topic-init"):
+            continue
+        assert _selects(monitor["spec"]["selector"], labels), name
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert {"BorgStageStalled", "BorgConsumerLagGrowing", "BorgDeadLettersRising", "BorgRefereeWritesFailing",
+            "BorgExtenderBadRequests", "BorgStageLatencyHigh"} <= {a["alert"] for a in alerts}
+    source = "\n".join(p.read_text() for p in (ROOT / "services").rglob("*.py"))
+    for a in alerts:
+        assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["runbook"], a["alert"]
+        for metric in METRIC.findall(a["expr"]):
+            assert f'"{metric}' in source, f"{a['alert']}: {metric} is not a metric any service exports"
+    runbook = (ROOT / "docs" / "deploy.md").read_text()
+    for a in alerts:
+        assert f"`{a['alert']}`" in runbook, f"{a['alert']} has no runbook line in docs/deploy.md"
