@@ -131,6 +131,21 @@ def class_slowdowns(pressures: np.ndarray) -> np.ndarray:
     return per.max(axis=1) if per.shape[1] else np.ones(len(WORKLOAD_CLASSES))
 
 
+def task_slowdowns(classes: Sequence[str], pressures: np.ndarray) -> np.ndarray:
+    """Slowdown of each task on one node from the *other* tasks there (the worst of them, never summed).
+
+    ``classes[k]`` and ``pressures[k]`` (resources) belong to task ``k``; a task alone runs at 1.0.
+    """
+    n = len(classes)
+    if n < 2:
+        return np.ones(n)
+    index = np.array([CLASS_INDEX[c] for c in classes], dtype=np.int64)
+    m: np.ndarray = 1.0 + SENSITIVITY_MATRIX[index] @ excess(np.asarray(pressures, dtype=np.float64).reshape(n, -1)).T
+    np.fill_diagonal(m, 1.0)  # m[k, j]: what co-runner j does to task k; a task does not slow itself
+    out: np.ndarray = m.max(axis=1)
+    return out
+
+
 def regime_of(pressures: np.ndarray) -> str:
     """The contention regime implied by co-runner pressures (worst co-runner per resource)."""
     if pressures.size == 0:

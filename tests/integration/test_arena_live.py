@@ -1,0 +1,57 @@
+"""`eval arena --live` end to end at the smallest size: real kube-scheduler(s), kwok, Kafka, features → regime →
+scheduler-extender; both policies place every task, the ledger accounts what co-runners did to them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtests.arena_live import run as live
+from tests.integration.test_referee_helpers import kube_admin  # noqa: F401 (fixture: starts the control plane)
+
+pytestmark = [pytest.mark.integration, pytest.mark.kube]
+
+
+@pytest.mark.timeout(600)
+def test_live_arena_quick_runs_both_policies_through_the_real_system(
+    kube_admin: Path,  # noqa: F811
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "live"
+    code = live.main(
+        [
+            "--quick",
+            "--nodes",
+            "4",
+            "--horizon-s",
+            "300",
+            "--synthetic",
+            "120",
+            "--seed",
+            "3",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    doc = json.loads((out / "results.json").read_text())
+    summary = doc["details"]["summary"]
+    assert set(summary) == {"kube-default", "extender"}
+    arrivals = doc["details"]["arrivals"]["tasks_kept"]
+    assert arrivals > 0
+    for policy, m in summary.items():
+        assert m["placed"] == arrivals and m["unfinished"] == 0, (policy, m)
+        assert 0 <= m["slo_violation_task_s"] <= m["latency_sensitive_task_s"], (policy, m)
+        assert 0 < m["mean_cpu_utilisation"] <= 1 and 0 < m["nodes_used"] <= 4, (policy, m)
+    # the extender policy went through the real pipeline: the scheduler called the extender's filter for every
+    # pod (prioritize only when several nodes were left) and the extender read the regime stage's labels
+    assert summary["extender"]["extender_filter_calls"] >= arrivals
+    assert summary["extender"]["extender_prioritize_calls"] > 0
+    assert summary["extender"]["extender_regime_labels"] > 0
+    rows = {(r["case"], r["metric"]) for r in doc["results"]}
+    assert ("kube-default", "slo_violation_task_s") in rows and ("extender", "slo_violation_task_s") in rows
+    assert all(r["bench"] == "arena-live" for r in doc["results"])

@@ -1,0 +1,85 @@
+"""The live arena's pure parts: the ledger's accounting, tasks as Jobs, running tasks per node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from loadtests.arena_live.kube import TaskRun, job_manifest
+from loadtests.arena_live.run import Ledger, live_task, running_by_node
+from simulator.workloads import KINDS, task_slowdowns
+
+
+@dataclass(frozen=True)
+class T:
+    """Stands in for simulator.arena.arrivals.Arrival (the fields the ledger reads)."""
+
+    task_id: int
+    kind: str
+    workload_class: str
+    intensity: float
+    latency_sensitive: bool
+    cpu: float
+    memory: float = 0.01
+    work_s: float = 100.0
+
+    @property
+    def pressure(self) -> tuple[float, ...]:
+        return tuple(p * self.intensity for p in KINDS[self.kind].pressure)
+
+
+def _kind(cls: str) -> str:
+    return next(k for k, v in sorted(KINDS.items()) if v.workload_class == cls)
+
+
+def test_task_slowdowns_is_the_worst_other_task_never_itself() -> None:
+    alone = task_slowdowns(["cpu_bound"], np.array([[0.9, 0.9, 0.9, 0.9]]))
+    assert alone.tolist() == [1.0]
+    pair = task_slowdowns(["llc_sensitive", "llc_sensitive"], np.array([[1.0, 0, 0, 0], [0.0, 0, 0, 0]]))
+    # the second is hit by the first's full llc pressure (excess 1.0 x sensitivity 1.2); the first by nothing
+    assert pair.tolist() == pytest.approx([1.0, 2.2])
+
+
+def test_ledger_accounts_violations_utilisation_and_nodes_used_in_arena_seconds() -> None:
+    ls_kind, batch_kind = _kind("llc_sensitive"), _kind("memory_bound")
+    victim = T(1, ls_kind, "llc_sensitive", 1.0, True, cpu=0.25)
+    bully = T(2, batch_kind, "memory_bound", 1.0, False, cpu=0.5)
+    ledger = Ledger(nodes=2)
+    slow = task_slowdowns(["llc_sensitive", "memory_bound"], np.array([victim.pressure, bully.pressure]))
+    ledger.tick({0: [victim, bully], 1: []}, dt_s=10.0)
+    ledger.tick({0: [victim], 1: [bully]}, dt_s=10.0)
+    m = ledger.metrics()
+    expected_violation = 10.0 if slow[0] > 1.25 else 0.0  # only while sharing, and only if beyond the SLO
+    assert m["slo_violation_task_s"] == pytest.approx(expected_violation)
+    assert m["latency_sensitive_task_s"] == pytest.approx(20.0)
+    assert m["mean_cpu_utilisation"] == pytest.approx(0.75 / 2)  # (0.25 + 0.5) node units over 2 nodes
+    assert m["nodes_used"] == pytest.approx(1.5)  # 1 node, then 2
+    assert m["mean_slowdown_llc_sensitive"] == pytest.approx((slow[0] + 1.0) / 2)
+    assert m["p95_slowdown_llc_sensitive"] == pytest.approx(max(slow[0], 1.0))
+
+
+def test_live_tasks_run_for_their_compressed_work_on_the_runs_nodes() -> None:
+    task = live_task(T(7, _kind("cpu_bound"), "cpu_bound", 0.5, False, cpu=0.125, memory=0.0625, work_s=300.0), 10.0)
+    assert (task.task_id, task.cpu_m, task.memory_mib, task.run_s) == ("t00007", 2000, 4096, 30.0)
+    job = job_manifest(task, run_id="r1", scheduler="arena-r1-kube-default")
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["annotations"]["pod-complete.stage.kwok.x-k8s.io/delay"] == "30.000s"
+    assert pod["spec"]["schedulerName"] == "arena-r1-kube-default"
+    assert pod["spec"]["nodeSelector"] == {"borg-orchestrator.io/arena-run": "r1"}
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2000m", "memory": "4096Mi"}
+
+
+def test_running_by_node_keeps_running_pods_on_known_nodes_only() -> None:
+    a, b = (
+        T(1, _kind("cpu_bound"), "cpu_bound", 1.0, False, 0.1),
+        T(2, _kind("cpu_bound"), "cpu_bound", 1.0, False, 0.1),
+    )
+    runs = [
+        TaskRun("t1", "n0", "Running", 1.0, None),
+        TaskRun("t2", "n1", "Succeeded", 1.0, 2.0),
+        TaskRun("t3", None, "Pending", None, None),
+        TaskRun("t2", "elsewhere", "Running", 1.0, None),
+    ]
+    assert running_by_node(runs, ["n0", "n1"], {"t1": a, "t2": b}) == {0: [a], 1: []}
