@@ -29,9 +29,11 @@ TRAIN = {
     "failure": ("training.cli", "train_failure"),
     "regime": ("training.cli", "train_regime"),
     "anomaly": ("training.cli", "train_anomaly"),
+    "forecast": ("training.forecast.cli", "train_forecast"),
 }
 EVAL = {"failure": ("training.cli", "eval_failure"), "failure-rolling": ("training.cli", "eval_failure_rolling"),
-        "regime": ("training.regime.evaluate", "eval_regime")}
+        "regime": ("training.regime.evaluate", "eval_regime"), "forecast": ("training.forecast.cli", "eval_forecast")}
+EVAL["arena"] = ("simulator.arena.cli", "eval_arena")  # placement policies, not a model (docs/arena.md)
 
 
 def _load(module: str, func: str, what: str) -> Callable[[list[str]], int]:
@@ -167,12 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(fn=lambda a, n=name: _load(DELEGATED[n][0], DELEGATED[n][1], n)(a.rest))
 
-    train = sub.add_parser("train", help="train a model: failure, regime, anomaly", add_help=False)
+    train = sub.add_parser("train", help="train a model: failure, regime, anomaly, forecast", add_help=False)
     train.add_argument("model", choices=sorted(TRAIN))
     train.add_argument("rest", nargs=argparse.REMAINDER)
     train.set_defaults(fn=lambda a: _load(*TRAIN[a.model], f"train {a.model}")(a.rest))
 
-    ev = sub.add_parser("eval", help="evaluate a model: failure, failure-rolling, regime", add_help=False)
+    ev = sub.add_parser("eval", help="evaluate: failure, failure-rolling, regime, forecast, arena", add_help=False)
     ev.add_argument("model", choices=sorted(EVAL))
     ev.add_argument("rest", nargs=argparse.REMAINDER)
     ev.set_defaults(fn=lambda a: _load(*EVAL[a.model], f"eval {a.model}")(a.rest))

@@ -1,0 +1,190 @@
+"""``borgctl eval arena``: the offline arena, every policy on the same arrivals and seed (docs/arena.md).
+
+Writes ``DIR/results.json`` (bench format: ``machine`` + ``results`` rows ``bench: "arena"``,
+``case: <policy>``, plus ``details``) and ``DIR/slowdown_cdf.png``, ``DIR/violations_over_time.png``.
+Progress on stderr. A missing trace directory is one line on stderr and exit 2 (``--synthetic`` runs
+without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+KNOWN: Final = ("kube-default", "random", "extender", "oracle")
+TODO: Final = ("orchestrator",)
+QUICK: Final = {"nodes": 30, "parts": 2, "horizon_s": 3600.0}
+FULL: Final = {"nodes": 50, "parts": 10, "horizon_s": 4 * 3600.0}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="borgctl eval arena", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="output directory (results.json + PNGs)")
+    p.add_argument("--policies", default=",".join(KNOWN), help=f"comma-separated, from {', '.join(KNOWN)}")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--quick", action="store_true",
+                   help=f"{QUICK['nodes']} nodes, {QUICK['parts']} trace parts, "
+                   f"{QUICK['horizon_s']:.0f} s of arena time")
+    p.add_argument("--task-events", type=Path, default=None,
+                   help="Google 2011 task_events directory (default $BORG_DATA_DIR/google2011/task_events)")
+    p.add_argument("--synthetic", type=int, default=None, metavar="JOBS",
+                   help="use this many synthetic jobs instead of the trace (no data needed)")
+    p.add_argument("--nodes", type=int, default=None)
+    p.add_argument("--parts", type=int, default=None, help="trace part files to read (in name order)")
+    p.add_argument("--horizon-s", type=float, default=None, help="arena seconds the arrivals are compressed into")
+    p.add_argument("--target-load", type=float, default=0.6, help="offered requested CPU / cluster CPU")
+    p.add_argument("--node-fraction", type=float, default=0.125,
+                   help="one arena node as a fraction of the trace's largest machine")
+    p.add_argument("--tick-s", type=float, default=10.0)
+    p.add_argument("--extender-weight", type=int, default=5,
+                   help="the extender's weight in the kube-scheduler config (deploy/scheduler-extender: 5)")
+    p.add_argument("--model", type=Path, default=ROOT / "models" / "regime",
+                   help="regime model root (its CURRENT) or a version directory")
+    p.add_argument("-q", "--quiet", action="store_true")
+    return p
+
+
+def run(args: argparse.Namespace, command: str) -> int:
+    from loadtests.bench_format import machine
+    from services.regime.model import load_regime_model
+    from services.runtime.model_watch import resolve
+    from simulator.arena.arrivals import load_trace_tasks, synthetic_tasks, to_arrivals
+    from simulator.arena.aware import ArenaView, ExtenderPolicy, OraclePolicy
+    from simulator.arena.loop import Arena, ArenaOutcome
+    from simulator.arena.policies import PlacementPolicy, make_policy
+    from simulator.arena.report import metrics, plot, rows
+    from simulator.arena.world import ArenaCluster, RegimeObserver
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"[arena {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    todo = [p for p in policies if p in TODO]
+    if todo:
+        print(f"eval arena: policy {todo[0]} is not built yet (issue 21: agents + referee acting); "
+              f"choose from {', '.join(KNOWN)}", file=sys.stderr)
+        return 2
+    unknown = [p for p in policies if p not in KNOWN]
+    if unknown or not policies:
+        print(f"eval arena: unknown policy {unknown or policies}; choose from {', '.join(KNOWN)}", file=sys.stderr)
+        return 2
+    size = QUICK if args.quick else FULL
+    nodes = int(args.nodes or size["nodes"])
+    parts = int(args.parts or size["parts"])
+    horizon_s = float(args.horizon_s or size["horizon_s"])
+    if nodes <= 0 or parts <= 0 or horizon_s <= 0 or args.tick_s <= 0 or not 0 < args.node_fraction <= 1:
+        print("eval arena: --nodes, --parts, --horizon-s, --tick-s must be positive, --node-fraction in (0, 1]",
+              file=sys.stderr)
+        return 2
+
+    from training.settings import google2011_dir
+
+    events = args.task_events or google2011_dir() / "task_events"
+    if args.synthetic is None and not events.is_dir():
+        print(f"eval arena: task_events directory {events} not found (set BORG_DATA_DIR, --task-events, "
+              "or --synthetic JOBS)", file=sys.stderr)
+        return 2
+    model = load_regime_model(resolve(args.model))
+    kinds = list(model.card.get("data", {}).get("heldout_kinds") or [])
+    if not kinds:
+        print(f"eval arena: model {model.version} names no held-out kinds (data.heldout_kinds)", file=sys.stderr)
+        return 2
+    progress(f"model {model.version}; held-out kinds {', '.join(kinds)}")
+    if args.synthetic is not None:
+        tasks = synthetic_tasks(args.synthetic, seed=args.seed)
+        source = f"synthetic:{args.synthetic}"
+    else:
+        progress(f"reading {parts} part(s) of {events}")
+        tasks = load_trace_tasks(events, parts)
+        source = f"{events} parts[:{parts}]"
+    arrivals, stats = to_arrivals(tasks, kinds=kinds, nodes=nodes, seed=args.seed, horizon_s=horizon_s,
+                                  node_fraction=args.node_fraction, target_load=args.target_load, source=source)
+    progress(f"{len(tasks):,} tasks read; {len(arrivals):,} arrivals over {horizon_s:.0f} s on {nodes} nodes "
+             f"(tasks kept {stats.task_sample_fraction:.3f}, compression {stats.compression:.2f}x, "
+             f"{stats.dropped_too_large} larger than a node dropped)")
+    if not arrivals:
+        print("eval arena: no arrivals (no task fits a node?)", file=sys.stderr)
+        return 2
+
+    outcomes: list[ArenaOutcome] = []
+    results: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    for name in policies:
+        view = ArenaView(nodes)
+        cluster = observer = None
+        policy: PlacementPolicy
+        if name == "extender":
+            policy = ExtenderPolicy(args.seed, view, weight=args.extender_weight)
+            cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
+            observer = RegimeObserver(model, [s.name for s in cluster.specs])
+        elif name == "oracle":
+            policy = OraclePolicy(args.seed, view)
+        else:
+            policy = make_policy(name, args.seed)
+        started = time.perf_counter()
+        out = Arena(arrivals, nodes, policy, view, horizon_s=horizon_s, tick_s=args.tick_s, cluster=cluster,
+                    observer=observer).run(progress)
+        m = metrics(out)
+        if isinstance(policy, ExtenderPolicy):
+            m["extender_filtered_decisions"] = float(policy.filtered)
+        if observer is not None:
+            summary[f"{name}_abstain_reasons"] = {k: v / max(observer.windows, 1)
+                                                   for k, v in observer.abstain_reasons.items()}
+        outcomes.append(out)
+        results += rows(name, m)
+        summary[name] = m
+        progress(f"{name}: SLO-violation {m['slo_violation_task_s']:.0f} task-s, utilisation "
+                 f"{m['mean_cpu_utilisation']:.3f}, nodes used {m['nodes_used']:.1f}, "
+                 f"{out.placements:,} placements ({time.perf_counter() - started:.1f}s)")
+    if "kube-default" in summary:
+        base = summary["kube-default"]["slo_violation_task_s"]
+        for name in policies:
+            v = summary[name]["slo_violation_task_s"]
+            ratio = v / base if base else None
+            summary[name]["slo_violation_vs_kube_default"] = ratio
+            if ratio is not None:
+                results.append({"bench": "arena", "case": name, "metric": "slo_violation_vs_kube_default",
+                                "value": ratio, "unit": "ratio"})
+    args.out.mkdir(parents=True, exist_ok=True)
+    details = {"command": command, "seed": args.seed, "model_version": model.version, "heldout_kinds": kinds,
+               "nodes": nodes, "horizon_s": horizon_s, "extender_weight": args.extender_weight,
+               "tick_s": args.tick_s, "arrivals": stats.as_dict(),
+               "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary,
+               "todo": {"orchestrator": "agents + referee acting (taint, evict, consolidate, admission): not built"}}
+    doc = {"machine": machine(), "results": results, "details": details}
+    (args.out / "results.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    pngs = plot(outcomes, args.out, f"arena seed {args.seed}: {nodes} nodes, {len(arrivals):,} tasks")
+    progress(f"wrote {args.out / 'results.json'} and {', '.join(p.name for p in pngs)}")
+    return 0
+
+
+def eval_arena(argv: Sequence[str]) -> int:
+    """Entry point wired into ``borgctl eval arena``; returns an exit code."""
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    from services.runtime.model_watch import ModelRefusedError
+
+    try:
+        return run(args, "borgctl eval arena " + shlex.join(list(argv)))
+    except (ModelRefusedError, ValueError) as exc:
+        print(f"eval arena: {exc}", file=sys.stderr)
+        return 2
+
+
+def main() -> int:
+    return eval_arena(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""What the arena's nodes show: the simulator's counters for the tasks actually placed, and what the
+live regime stage would publish from them.
+
+:class:`ArenaCluster` is the :class:`~simulator.cluster.SyntheticCluster` (same SKUs, missing events,
+multiplexing, noise, counter model) with its random epochs replaced by the arena's placements: a node's
+co-runners are the tasks bound to it, at their intensities. :class:`RegimeObserver` runs the live
+path on those counters: ``featurelib.node_features`` (``sample_from_dict`` → ``NodeWindows``), the
+shipped ONNX regime model, ``RegimeModel.judge`` (abstention) and the stage's hysteresis, batched over
+the nodes once per tick, and keeps the latest label per node as the extender would hold it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from contracts.models import REGIMES, UNKNOWN_REGIME
+from featurelib.node_features import DictStore, NodeWindows, as_model_input, sample_from_dict
+from services.regime import hysteresis
+from services.regime.abstention import REASON_BITS
+from services.regime.model import RegimeModel
+from services.scheduler_extender.scoring import RegimeIn
+from simulator.cluster import SyntheticCluster, TickBatch
+from simulator.workloads import KINDS, class_slowdowns, regime_of
+
+_NEVER = 2**62
+
+
+class ArenaCluster(SyntheticCluster):
+    """A SyntheticCluster whose co-runners are set by the arena (never drawn)."""
+
+    def __init__(self, nodes: int, seed: int, *, interval_ms: int, **kw: Any) -> None:
+        super().__init__(nodes=nodes, seed=seed, interval_ms=interval_ms, epoch_ticks=(1, 1), **kw)
+        for i in range(nodes):
+            self.set_corunners(i, (), ())
+
+    def set_corunners(self, i: int, kinds: Sequence[str], intensities: Sequence[float]) -> None:
+        """Node ``i`` now runs ``kinds`` at ``intensities`` until told otherwise."""
+        inten = np.asarray(intensities, dtype=np.float64)
+        pressures = (np.array([KINDS[k].pressure for k in kinds]) * inten[:, None] if len(kinds)
+                     else np.zeros((0, 4)))
+        rates, util, mem, freq = self._epoch_rates(self.specs[i], list(kinds), inten, pressures)
+        self._rates[i], self._util0[i], self._mem0[i], self._freq0[i] = rates, util, mem, freq
+        regime = regime_of(pressures)
+        self._regime[i] = REGIMES.index(regime)
+        self._slowdown[i] = class_slowdowns(pressures)
+        self._epoch_end[i] = _NEVER
+
+
+@dataclass
+class RegimeObserver:
+    """Latest regime label per node, as the regime stage would publish it (None before a first window)."""
+
+    model: RegimeModel
+    node_names: Sequence[str]
+    hysteresis_windows: int = 2
+    labels: list[RegimeIn | None] = field(default_factory=list)
+    windows: int = 0
+    abstained: int = 0
+    abstain_reasons: dict[str, int] = field(default_factory=dict)
+    cpu_s: float = 0.0
+    answered_abs_error: float = 0.0
+    """Sum over answered windows and classes of |predicted - true| slowdown (truth: what a new task of
+    the class would see on the node, the simulator's side channel, never an input)."""
+    answered_cells: int = 0
+    missed_slo: int = 0
+    """Answered (window, class) cells predicted under 1.25 whose true slowdown is 1.25 or more."""
+    _machine: NodeWindows = field(default_factory=lambda: NodeWindows(DictStore()))
+    _state: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    _truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
+
+    def __post_init__(self) -> None:
+        self.labels = [None] * len(self.node_names)
+        self._index = {n: i for i, n in enumerate(self.node_names)}
+        self._classes = tuple(self.model.card["outputs"]["workload_classes"])
+
+    def observe(self, batch: TickBatch) -> None:
+        """Feed one tick's NodeStates; label every window that closed (one model call for all of them)."""
+        started = time.process_time()
+        rows: list[np.ndarray] = []
+        meta: list[tuple[int, int]] = []
+        self._truth = batch.slowdown
+        for state in batch.nodestate_dicts():
+            for window in self._machine.observe(sample_from_dict(state)).windows:
+                rows.append(as_model_input(window.values, window.valid))
+                meta.append((self._index[window.node], window.ts_ms))
+        if rows:
+            x = np.asarray(rows, dtype=np.float32)
+            probs, slowdown = self.model(x)
+            masks, _ = self.model.judge(x, probs)
+            self._label(meta, probs, slowdown, masks)
+        self.cpu_s += time.process_time() - started
+
+    def _label(self, meta: list[tuple[int, int]], probs: np.ndarray, slowdown: np.ndarray,
+               masks: np.ndarray) -> None:
+        regimes = self.model.regimes
+        for (i, ts_ms), p, s, mask in zip(meta, probs.tolist(), slowdown.tolist(), masks.tolist(), strict=True):
+            node = self.node_names[i]
+            self.windows += 1
+            if mask:
+                reasons = tuple(name for bit, name in REASON_BITS if mask & bit)
+                for r in reasons:
+                    self.abstain_reasons[r] = self.abstain_reasons.get(r, 0) + 1
+                self.abstained += 1
+                self._state[node] = hysteresis.abstain(self._state.get(node), ts_ms).state
+                self.labels[i] = RegimeIn(ts_ms, UNKNOWN_REGIME, 0.0, (), reasons)
+                continue
+            raw = regimes[int(np.argmax(p))]
+            step = hysteresis.advance(self._state.get(node), raw, ts_ms, windows=self.hysteresis_windows)
+            self._state[node] = step.state
+            conf = float(np.clip(p[regimes.index(step.regime)], 0.0, 1.0))
+            truth = self._truth[i]
+            self.answered_abs_error += float(np.abs(np.asarray(s) - truth).sum())
+            self.answered_cells += len(s)
+            self.missed_slo += int(((np.asarray(s) < 1.25) & (truth >= 1.25)).sum())
+            self.labels[i] = RegimeIn(ts_ms, step.regime, conf, tuple(zip(self._classes, s, strict=True)))
+
+    def interference_mae(self) -> float | None:
+        return None if not self.answered_cells else self.answered_abs_error / self.answered_cells
+
+    def missed_slo_fraction(self) -> float | None:
+        return None if not self.answered_cells else self.missed_slo / self.answered_cells
+
+    def coverage(self) -> float | None:
+        return None if not self.windows else 1.0 - self.abstained / self.windows

@@ -1,0 +1,43 @@
+"""``borgctl eval arena`` end to end on synthetic arrivals (small), and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from simulator.arena.cli import KNOWN, eval_arena
+
+
+def test_quick_synthetic_run_writes_every_policy(tmp_path: Path) -> None:
+    out = tmp_path / "arena"
+    code = eval_arena(["--synthetic", "40", "--nodes", "6", "--horizon-s", "400", "--seed", "2", "-q",
+                       "--out", str(out)])
+    assert code == 0
+    doc = orjson.loads((out / "results.json").read_bytes())
+    cases = {r["case"] for r in doc["results"]}
+    assert cases == set(KNOWN)
+    assert all(r["bench"] == "arena" for r in doc["results"])
+    by = {(r["case"], r["metric"]): r["value"] for r in doc["results"]}
+    for policy in KNOWN:
+        assert by[(policy, "placements")] > 20
+        assert by[(policy, "evictions")] == 0
+        assert 0 < by[(policy, "mean_cpu_utilisation")] <= 1
+        assert by[(policy, "slo_violation_task_s")] >= 0
+    assert 0 <= by[("extender", "model_coverage")] <= 1
+    assert by[("extender", "model_cpu_us_per_decision")] > 0
+    assert (out / "slowdown_cdf.png").stat().st_size > 0 and (out / "violations_over_time.png").stat().st_size > 0
+    assert doc["details"]["heldout_kinds"] and doc["machine"]["cpus"]
+
+
+def test_missing_trace_dir_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = eval_arena(["--task-events", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])  # not quiet
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not found" in err[0]
+
+
+def test_orchestrator_is_reported_not_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert eval_arena(["--policies", "orchestrator", "--synthetic", "5", "--out", str(tmp_path)]) == 2
+    assert "not built" in capsys.readouterr().err
