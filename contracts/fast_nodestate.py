@@ -49,7 +49,9 @@ __all__ = ["SCHEMA_MATCHES", "decode_nodestate_dict"]
 
 _MAX_INTERVAL_MS: Final = 3_600_000
 _NAME_MAX: Final = 253
-_SOURCES: Final = frozenset(("perf_stat", "perf_event", "software", "replay_perfstat", "replay_alibaba", "synthetic"))
+_SOURCES: Final = frozenset(
+    ("perf_stat", "perf_event", "software", "replay_perfstat", "replay_alibaba", "replay_bitbrains", "synthetic")
+)
 _PMUS: Final = frozenset(("hardware", "software", "recorded"))
 _COUNTED: Final = frozenset(("counted", "multiplexed"))
 _UNCOUNTED: Final = frozenset(("not_counted", "not_supported"))
@@ -62,7 +64,7 @@ _MISSING: Final = object()
 # the hash of its JSON schema). If the model changes, the fast path switches itself
 # off (every value goes through pydantic, still correct) and the unit test that
 # asserts ``SCHEMA_MATCHES`` fails until the checks are updated and the hash re-pinned.
-PINNED_SCHEMA_SHA256: Final = "8abf0f49630768aa981345debb703cb50edf7261b08fb1158a522c841f32e26f"
+PINNED_SCHEMA_SHA256: Final = "a629bc800994397a4cceebeb82b99aa4b1c555774a7e8706bcf5391b7048601b"
 
 
 def schema_sha256() -> str:

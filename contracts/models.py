@@ -63,7 +63,9 @@ class NodeState(Contract):
     ts_ms: TimestampMs
     seq: NonNegInt = Field(description="Per-node sequence number, +1 per sample; gaps mean loss")
     interval_ms: Annotated[int, Field(gt=0, le=3_600_000)]
-    source: Literal["perf_stat", "perf_event", "software", "replay_perfstat", "replay_alibaba", "synthetic"]
+    source: Literal[
+        "perf_stat", "perf_event", "software", "replay_perfstat", "replay_alibaba", "replay_bitbrains", "synthetic"
+    ]
     pmu: Literal["hardware", "software", "recorded"] = Field(
         description="hardware PMU, software events only (no PMU exposed), or recorded data"
     )

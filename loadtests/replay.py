@@ -5,6 +5,7 @@
     borgctl replay --source perfstat    [--path DIR|FILE]   (raw `perf stat` output → NodeState)
     borgctl replay --source alibaba2018 [--path DIR|FILE]   (machine_usage CSV → NodeState)
     borgctl replay --source google2011  [--path DIR|FILE]   (task_events part files → TaskEvent)
+    borgctl replay --source bitbrains   [--path DIR|FILE]   (Bitbrains per-VM CSV → NodeState, utilisation only)
 
 Speed: ``--rate R`` paces at R messages/s; otherwise ``--speedup X`` (given explicitly) paces by
 trace time compressed X times; otherwise as fast as the broker takes it. Record timestamps are
@@ -33,7 +34,12 @@ from contracts.topics import topic_spec
 from loadtests.sources import Chunk, Clock, ReplaySource
 from services.node_agent.errors import InputLineError
 
-DATA_DIRS = {"perfstat": "perfstat", "alibaba2018": "alibaba2018", "google2011": "google2011"}
+DATA_DIRS = {
+    "perfstat": "perfstat",
+    "alibaba2018": "alibaba2018",
+    "google2011": "google2011",
+    "bitbrains": "bitbrains_rnd",
+}
 DEFAULT_SYNTHETIC_TICKS = 60
 
 
@@ -60,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="borgctl replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--source", required=True, choices=["synthetic", "perfstat", "alibaba2018", "google2011"])
+    p.add_argument(
+        "--source", required=True, choices=["synthetic", "perfstat", "alibaba2018", "google2011", "bitbrains"]
+    )
     p.add_argument("--path", type=Path, help="file or directory (default: $BORG_DATA_DIR/<source>, ../shared/data)")
     p.add_argument(
         "--nodes",
@@ -128,6 +136,10 @@ def make_source(args: argparse.Namespace) -> ReplaySource:
             from loadtests.sources.recorded import AlibabaReplay
 
             return AlibabaReplay(path, nodes=args.nodes)
+        if args.source == "bitbrains":
+            from loadtests.sources.bitbrains import BitbrainsReplay
+
+            return BitbrainsReplay(path, nodes=args.nodes)
         from loadtests.sources.google2011 import Google2011Replay
 
         return Google2011Replay(path)
