@@ -56,6 +56,12 @@ def fit_baselines(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, Any]:
     return {"positive_rate": rate, "priority_class_lr": lr}
 
 
+def failed_before(x: np.ndarray, failure_types: tuple[int, ...]) -> np.ndarray:
+    """True for rows whose task itself already has failure events (of the selected types) in its history."""
+    task = sum((np.nan_to_num(_col(x, _TASK_COUNT[EventType(t)])) for t in failure_types), np.zeros(len(x)))
+    return np.asarray(task > 0)
+
+
 def score_baselines(params: dict[str, Any], x: np.ndarray, failure_types: tuple[int, ...]) -> dict[str, np.ndarray]:
     """Scores of every baseline for rows ``x`` (features in ``TASK_FEATURE_NAMES`` order)."""
     lr = params["priority_class_lr"]

@@ -22,7 +22,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
-from training.baselines import BASELINES, fit_baselines, score_baselines
+from training.baselines import BASELINES, failed_before, fit_baselines, score_baselines
 from training.dataset import FailureDataset, build_dataset
 from training.errors import DataError
 from training.labels import PointConfig, data_bounds
@@ -153,16 +153,41 @@ def evaluate_fold(fold: Fold, warm: FailureDataset, views: _Views, recipe: Recip
         name, best = best_baseline(base)
         model = ranking_metrics(yk, prob)
         ratio = None if best is None or model["aucpr"] is None or best == 0 else model["aucpr"] / best
+        split = repeat_split(yk, prob, base["failed_before"], failed_before(xk, cfg.failure_types), best)
         out["horizons"][key] = {
             "n": int(known.sum()), "positives": int(yk.sum()), "positive_rate": float(yk.mean()) if len(yk) else None,
             "model": model, "baselines": base, "best_baseline": name, "best_baseline_aucpr": best,
-            "ratio_to_best_baseline": ratio, "tail_aucpr": fitted.tail_aucpr,
+            "ratio_to_best_baseline": ratio, "tail_aucpr": fitted.tail_aucpr, "repeat_split": split,
             "calibration": calibration_table(yk, prob),
             "brier": float(np.mean((prob - yk) ** 2)) if len(yk) else None,
         }
         progress(f"{fold.name} {key}: AUCPR model {_f(model['aucpr'])} vs {name} {_f(best)} "
                  f"(ratio {_f(ratio)}), tail {_f(fitted.tail_aucpr)}, positives {int(yk.sum())}")
     return out
+
+
+def repeat_split(y: np.ndarray, model: np.ndarray, failed_before_metrics: dict[str, Any], repeat: np.ndarray,
+                 best_baseline_aucpr: float | None) -> dict[str, Any]:
+    """Where the positives are: tasks that already failed (``repeat``) or first failures, and a ceiling.
+
+    ``ceiling_aucpr`` ranks every repeat row perfectly (its positives first, its negatives last)
+    and the first-failure rows by the model in between: the most any model can reach by timing
+    crash loops better without predicting first failures better. ``failed_before_metrics`` is
+    the baseline's metrics on all rows (only its AUCPR is repeated here, for reading convenience).
+    """
+    first = ~repeat
+    ceiling = np.where(repeat, np.where(y == 1, 2.0, -1.0), model)
+    c = ranking_metrics(y, ceiling)["aucpr"]
+    return {
+        "rows_repeat": float(repeat.mean()) if len(y) else None,
+        "positives_repeat_share": float(y[repeat].sum() / y.sum()) if y.sum() else None,
+        "model_aucpr_repeat": ranking_metrics(y[repeat], model[repeat])["aucpr"],
+        "model_aucpr_first_failure": ranking_metrics(y[first], model[first])["aucpr"],
+        "first_failure_positive_rate": float(y[first].mean()) if first.any() else None,
+        "failed_before_aucpr": failed_before_metrics["aucpr"],
+        "ceiling_aucpr": c,
+        "ceiling_ratio": None if c is None or not best_baseline_aucpr else c / best_baseline_aucpr,
+    }
 
 
 def rolling_evaluation(events: pl.DataFrame, recipe: Recipe, cfg: RollingConfig, progress: Progress,
@@ -197,14 +222,18 @@ def summarise(folds: list[dict[str, Any]]) -> dict[str, Any]:
     for fold in folds:
         for key, m in fold["horizons"].items():
             row = out.setdefault(key, {}).setdefault(f"{fold['gap_h']:g}h", {"model": [], "baseline": [],
-                                                                              "ratio": []})
+                                                                              "ratio": [], "ceiling": []})
             if m["ratio_to_best_baseline"] is not None:
                 row["model"].append(m["model"]["aucpr"])
                 row["baseline"].append(m["best_baseline_aucpr"])
                 row["ratio"].append(m["ratio_to_best_baseline"])
+            ceiling = m.get("repeat_split", {}).get("ceiling_ratio")
+            if ceiling is not None:
+                row["ceiling"].append(ceiling)
     return {key: {gap: {"folds": len(v["ratio"]), "model_aucpr": _mean(v["model"]),
                         "best_baseline_aucpr": _mean(v["baseline"]), "ratio_mean": _mean(v["ratio"]),
-                        "ratio_min": min(v["ratio"]) if v["ratio"] else None}
+                        "ratio_min": min(v["ratio"]) if v["ratio"] else None,
+                        "ceiling_ratio_mean": _mean(v["ceiling"])}
                   for gap, v in gaps.items()} for key, gaps in out.items()}
 
 
@@ -214,7 +243,7 @@ def bench_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     for key, gaps in report["summary"].items():
         for gap, s in gaps.items():
             case = f"horizon {key} gap {gap}"
-            for metric in ("model_aucpr", "best_baseline_aucpr", "ratio_mean", "ratio_min"):
+            for metric in ("model_aucpr", "best_baseline_aucpr", "ratio_mean", "ratio_min", "ceiling_ratio_mean"):
                 if s[metric] is not None:
                     rows.append({"bench": "failure-rolling", "case": case, "metric": metric,
                                  "value": float(s[metric]), "unit": "ratio" if "ratio" in metric else "aucpr"})

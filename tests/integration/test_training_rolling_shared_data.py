@@ -39,3 +39,5 @@ def test_rolling_origin_on_real_parts_tests_later_hours_and_beats_the_best_basel
     # models/failure/rolling_origin.json
     assert m["model"]["aucpr"] > 50 * m["positive_rate"] and m["model"]["roc_auc"] > 0.85
     assert m["ratio_to_best_baseline"] == m["model"]["aucpr"] / m["best_baseline_aucpr"]
+    split = m["repeat_split"]  # most positives are tasks that already failed; the ceiling bounds better timing
+    assert 0.5 < split["positives_repeat_share"] <= 1.0 and split["ceiling_aucpr"] >= m["model"]["aucpr"]

@@ -14,7 +14,15 @@ from training.dataset import FailureDataset, build_dataset
 from training.input_ranges import input_ranges
 from training.progress import QUIET
 from training.recipe import Recipe, fit_recipe
-from training.rolling import HOUR_US, RollingConfig, bench_rows, cold_view, rolling_evaluation, rolling_folds
+from training.rolling import (
+    HOUR_US,
+    RollingConfig,
+    bench_rows,
+    cold_view,
+    repeat_split,
+    rolling_evaluation,
+    rolling_folds,
+)
 from training.synthetic_trace import SyntheticConfig, events_frame, generate
 
 S = 1_000_000
@@ -86,6 +94,10 @@ def test_rolling_evaluation_reports_every_fold_and_bench_rows() -> None:
         assert set(fold["horizons"]) == {"300s", "900s", "3600s"}
         for m in fold["horizons"].values():
             assert m["n"] > 0 and m["best_baseline"] in m["baselines"]
+        for m in fold["horizons"].values():
+            split = m["repeat_split"]
+            if split["ceiling_aucpr"] is not None and m["model"]["aucpr"] is not None:
+                assert split["ceiling_aucpr"] >= m["model"]["aucpr"] - 1e-12  # only moves positives up, negatives down
     rows = bench_rows(report)
     assert rows and all(r["bench"] == "failure-rolling" and math.isfinite(r["value"]) for r in rows)
     assert {r["metric"] for r in rows} >= {"model_aucpr", "best_baseline_aucpr"}
@@ -136,3 +148,23 @@ def test_input_ranges_are_finite_percentiles_ignoring_nan_unused_and_unobserved_
     assert set(input_ranges(x, names)) == {names[0], names[1], names[3]}
     with pytest.raises(ValueError):
         input_ranges(x, names[:3])
+
+
+def test_repeat_split_shares_and_ceiling_by_hand() -> None:
+    # rows: two repeat (a positive scored low, a negative scored high), three first-failure rows
+    y = np.array([1.0, 0.0, 1.0, 0.0, 0.0])
+    model = np.array([0.1, 0.9, 0.8, 0.5, 0.2])
+    repeat = np.array([True, True, False, False, False])
+    split = repeat_split(y, model, {"aucpr": 0.4}, repeat, 0.5)
+    assert split["rows_repeat"] == pytest.approx(0.4)
+    assert split["positives_repeat_share"] == pytest.approx(0.5)
+    assert split["first_failure_positive_rate"] == pytest.approx(1 / 3)
+    assert split["model_aucpr_first_failure"] == pytest.approx(1.0)  # its positive is scored highest there
+    # ceiling order: repeat positive, 0.8 (pos), 0.5, 0.2, repeat negative -> both positives on top
+    assert split["ceiling_aucpr"] == pytest.approx(1.0)
+    assert split["ceiling_ratio"] == pytest.approx(2.0)
+    assert split["failed_before_aucpr"] == 0.4
+    none = repeat_split(y, model, {"aucpr": None}, np.zeros(5, dtype=bool), None)
+    assert none["rows_repeat"] == 0.0 and none["ceiling_ratio"] is None
+    assert split["model_aucpr_repeat"] == pytest.approx(0.5)  # its positive ranked below its negative
+    assert none["ceiling_aucpr"] == pytest.approx(0.45)  # no repeat rows: the model's own order (1/2 + 2/5) / 2
