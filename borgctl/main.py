@@ -33,7 +33,7 @@ TRAIN = {
 }
 EVAL = {"failure": ("training.cli", "eval_failure"), "failure-rolling": ("training.cli", "eval_failure_rolling"),
         "regime": ("training.regime.evaluate", "eval_regime"), "forecast": ("training.forecast.cli", "eval_forecast")}
-EVAL["arena"] = ("simulator.arena.cli", "eval_arena")  # placement policies, not a model (docs/arena.md)
+EVAL["arena"] = ("borgctl.arena", "eval_arena")  # placement policies (docs/arena.md); --live: loadtests/arena_live
 
 
 def _load(module: str, func: str, what: str) -> Callable[[list[str]], int]:

@@ -1,7 +1,7 @@
 """The live arena: the offline arena's comparison through the real system, at small scale (issue 21 item 2).
 
-    python -m loadtests.arena_live.run [--quick] [--policies kube-default,extender] [--seed N]
-                                       [--task-events DIR | --synthetic JOBS] --out DIR
+    borgctl eval arena --live [--quick] [--policies kube-default,extender] [--seed N] [--nodes N]
+                              [--horizon-s S] [--task-events DIR | --synthetic JOBS] --out DIR
 
 For each policy, on the same arrivals (``simulator.arena.arrivals``: the Google 2011 trace or its
 synthetic stand-in, held-out workload kinds only) and a fresh set of kwok nodes:

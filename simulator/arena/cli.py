@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tick-s", type=float, default=10.0)
     p.add_argument("--extender-weight", type=int, default=5,
                    help="the extender's weight in the kube-scheduler config (deploy/scheduler-extender: 5)")
+    p.add_argument("--extender-unknown-penalty", type=float, default=None,
+                   help="the extender's penalty of a missing/unknown input, 0-1 (EXTENDER_UNKNOWN_PENALTY; "
+                        "default: the service's default)")
     p.add_argument("--model", type=Path, default=ROOT / "models" / "regime",
                    help="regime model root (its CURRENT) or a version directory")
     p.add_argument("-q", "--quiet", action="store_true")
@@ -56,6 +59,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     from loadtests.bench_format import machine
     from services.regime.model import load_regime_model
     from services.runtime.model_watch import resolve
+    from services.scheduler_extender.scoring import ScoringConfig
     from simulator.arena.arrivals import load_trace_tasks, synthetic_tasks, to_arrivals
     from simulator.arena.aware import ArenaView, ExtenderPolicy, OraclePolicy
     from simulator.arena.loop import Arena, ArenaOutcome
@@ -93,6 +97,9 @@ def run(args: argparse.Namespace, command: str) -> int:
         print(f"eval arena: task_events directory {events} not found (set BORG_DATA_DIR, --task-events, "
               "or --synthetic JOBS)", file=sys.stderr)
         return 2
+    if args.extender_unknown_penalty is not None and not 0.0 <= args.extender_unknown_penalty <= 1.0:
+        print("eval arena: --extender-unknown-penalty must be in [0, 1]", file=sys.stderr)
+        return 2
     model = load_regime_model(resolve(args.model))
     kinds = list(model.card.get("data", {}).get("heldout_kinds") or [])
     if not kinds:
@@ -123,7 +130,9 @@ def run(args: argparse.Namespace, command: str) -> int:
         cluster = observer = None
         policy: PlacementPolicy
         if name == "extender":
-            policy = ExtenderPolicy(args.seed, view, weight=args.extender_weight)
+            cfg = (ScoringConfig() if args.extender_unknown_penalty is None
+                   else ScoringConfig(unknown_penalty=args.extender_unknown_penalty))
+            policy = ExtenderPolicy(args.seed, view, cfg, weight=args.extender_weight)
             cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
             observer = RegimeObserver(model, [s.name for s in cluster.specs])
         elif name == "oracle":
@@ -157,6 +166,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     details = {"command": command, "seed": args.seed, "model_version": model.version, "heldout_kinds": kinds,
                "nodes": nodes, "horizon_s": horizon_s, "extender_weight": args.extender_weight,
+               "extender_unknown_penalty": args.extender_unknown_penalty,
                "tick_s": args.tick_s, "arrivals": stats.as_dict(),
                "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary,
                "todo": {"orchestrator": "agents + referee acting (taint, evict, consolidate, admission): not built"}}

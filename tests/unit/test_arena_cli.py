@@ -41,3 +41,11 @@ def test_missing_trace_dir_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Cap
 def test_orchestrator_is_reported_not_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert eval_arena(["--policies", "orchestrator", "--synthetic", "5", "--out", str(tmp_path)]) == 2
     assert "not built" in capsys.readouterr().err
+
+
+def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:
+    from borgctl.arena import eval_arena as borgctl_eval_arena
+
+    # the live arena's own check, before it needs a cluster: an unknown policy is refused (exit 2)
+    assert borgctl_eval_arena(["--live", "--policies", "oracle", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "results.json").exists()
