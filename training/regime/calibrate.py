@@ -22,7 +22,7 @@ import numpy as np
 from featurelib.node_features import FEATURE_INDEX
 from services.regime import abstention
 from simulator import holdout_split
-from training.regime.model import RegimeModels, fit_regime_models, regime_feature_names
+from training.regime.model import LEARNING_RATE, RegimeModels, fit_regime_models, regime_feature_names
 from training.regime.randomize import randomized_kinds
 from training.regime.selective import confidence_floor
 from training.regime.simwindows import Reporter, SimWindows, simulate_windows
@@ -88,7 +88,8 @@ def calibrate_floor(models: RegimeModels, train: SimWindows, validation: SimWind
                     train_kinds: Sequence[str], *, folds: int, nodes: int, ticks: int, val_nodes: int,
                     val_ticks: int, seed: int, trees: int, depth: int, feature_names: list[str],
                     required: Sequence[str], progress: Reporter, kind_variants: int = 0,
-                    kind_jitter: float = 0.0, target: float = SELECTIVE_TARGET) -> dict[str, Any]:
+                    kind_jitter: float = 0.0, target: float = SELECTIVE_TARGET,
+                    learning_rate: float = LEARNING_RATE) -> dict[str, Any]:
     """The confidence floor for ``target`` selective accuracy on ``validation`` (training kinds, fresh seed), and
     what that floor gives on kind-grouped folds (kinds the fitted model did not see)."""
     conf, hit, hard = _answerable(models, validation, required, train.x)
@@ -101,7 +102,8 @@ def calibrate_floor(models: RegimeModels, train: SimWindows, validation: SimWind
             fit = simulate_windows(kinds=kinds, nodes=nodes, ticks=ticks, seed=seed + 3000 + f)
         val = simulate_windows(kinds=val_kinds, nodes=val_nodes, ticks=val_ticks, seed=seed + 4000 + f)
         fold_models = fit_regime_models(fit.x, fit.regime, fit.slowdown, trees=trees, depth=depth, seed=seed,
-                                        feature_names=feature_names, classifier_only=True)
+                                        feature_names=feature_names, classifier_only=True,
+                                        learning_rate=learning_rate)
         c, h, fold_hard = _answerable(fold_models, val, required, fit.x)
         confs.append(c)
         hits.append(h)

@@ -20,6 +20,7 @@ from training.regime.artifacts import INPUT_NAME, ParityError, max_abs_diff, sav
 TARGET_OPSET: Final = 15
 PARITY_TOLERANCE: Final = 1e-4
 REGIME_STATS: Final = ("mean_10s", "mean_60s", "std_60s")
+LEARNING_RATE: Final = 0.15
 EXCLUDED_METRICS: Final = ("sanity_violation", "rec_mkpi", "rec_mem_gps", "membw_util")
 
 
@@ -74,11 +75,11 @@ class RegimeModels:
 
 def fit_regime_models(
     x_full: np.ndarray, regime: np.ndarray, slowdown: np.ndarray, *, trees: int, depth: int, seed: int,
-    feature_names: list[str] | None = None, classifier_only: bool = False,
+    feature_names: list[str] | None = None, classifier_only: bool = False, learning_rate: float = LEARNING_RATE,
 ) -> RegimeModels:
     names = feature_names or regime_feature_names()
     x = x_full[:, columns(names)]
-    common = {"max_depth": depth, "learning_rate": 0.15, "subsample": 0.8, "colsample_bytree": 0.8,
+    common = {"max_depth": depth, "learning_rate": learning_rate, "subsample": 0.8, "colsample_bytree": 0.8,
               "tree_method": "hist", "max_bin": 64, "n_jobs": 2, "random_state": seed}
     clf = xgb.XGBClassifier(n_estimators=trees, objective="multi:softprob", **common)
     clf.fit(x, regime)
