@@ -36,16 +36,25 @@ class RegimeModel:
         return self.rules.required
 
     def __call__(self, x_full: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(probabilities (n, regimes), slowdown (n, classes)) for float32 rows of N_FEATURES (NaN = invalid)."""
+        """(probabilities (n, regimes), slowdown (n, classes)) for float32 rows of N_FEATURES (NaN = invalid).
+
+        The interference regressors run only on the rows the model answers (``judge`` gives no reason to
+        abstain): an abstained window publishes no interference, and the live stage abstains on most
+        windows, so this saves most of the regressors' cost. Abstained rows get slowdown 1.0, never read.
+        """
         if x_full.ndim != 2 or x_full.shape[1] != N_FEATURES:
             raise ValueError(f"expected rows of {N_FEATURES} features, got shape {x_full.shape}")
         x = np.ascontiguousarray(x_full[:, self.columns], dtype=np.float32)
         probs = np.asarray(self.classifier.run(None, {self.input_name: x})[1], dtype=np.float64)
-        logs = np.concatenate(
-            [np.asarray(s.run(None, {self.input_name: x})[0], dtype=np.float64).reshape(-1, 1)
-             for s in self.interference], axis=1)
-        # the regressors were trained on the worst co-runner's slowdown (max, never a sum)
-        slowdown = np.clip(np.exp(logs), 1.0, MAX_SLOWDOWN)
+        slowdown = np.ones((x.shape[0], len(self.interference)))
+        answered = np.flatnonzero(self.judge(x_full, probs)[0] == 0)
+        if answered.size:
+            xa = x if answered.size == x.shape[0] else np.ascontiguousarray(x[answered])
+            logs = np.concatenate(
+                [np.asarray(s.run(None, {self.input_name: xa})[0], dtype=np.float64).reshape(-1, 1)
+                 for s in self.interference], axis=1)
+            # the regressors were trained on the worst co-runner's slowdown (max, never a sum)
+            slowdown[answered] = np.clip(np.exp(logs), 1.0, MAX_SLOWDOWN)
         return probs, slowdown
 
     def judge(self, x_full: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +97,11 @@ def load_regime_model(version_dir: Path) -> RegimeModel:
     )
     # smoke inference: a model that cannot score an all-missing row is refused now, not mid-stream
     try:
-        model(np.full((1, N_FEATURES), np.nan, dtype=np.float32))
+        row = np.full((1, N_FEATURES), np.nan, dtype=np.float32)
+        model(row)
+        # the regressors too (the call above skips them for a row the model abstains on)
+        for session in model.interference:
+            session.run(None, {model.input_name: np.ascontiguousarray(row[:, model.columns])})
     except Exception as exc:
         raise ModelRefusedError(f"{version_dir}: test inference failed ({exc})") from None
     return model
