@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ import yaml  # type: ignore[import-untyped]
 
 from contracts.models import AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from loadtests.arena_live.kube import private_scheduler
 from services.runtime.producer import Producer
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
 from tests.conftest import wait_until
@@ -169,47 +169,8 @@ def scheduler_config(kube: Kube, extender_url: str, scheduler_name: str) -> dict
 
 @contextlib.contextmanager
 def kube_scheduler(kube: Kube, config: dict[str, Any], workdir: Path) -> Iterator[Path]:
-    path = workdir / "kube-scheduler.yaml"
-    path.write_text(yaml.safe_dump(config))
-    log = workdir / "kube-scheduler.log"
-    port = free_port()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(kube.scheduler_bin),
-                "--config",
-                str(path),
-                "--authentication-kubeconfig",
-                str(kube.scheduler_kubeconfig),
-                "--authorization-kubeconfig",
-                str(kube.scheduler_kubeconfig),
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(port),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE
-    deadline = time.monotonic() + 90
-    try:
-        while True:
-            assert proc.poll() is None, f"kube-scheduler exited:\n{_tail(log)}"
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2, context=insecure) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"kube-scheduler not healthy in 90s:\n{_tail(log)}"
-            time.sleep(0.25)
+    with private_scheduler(kube.scheduler_bin, config, workdir, free_port()) as log:
         yield log
-    finally:
-        _stop(proc)
 
 
 # ---------------------------------------------------------------- Kubernetes objects
