@@ -43,7 +43,8 @@ def build(settings: DashboardSettings) -> Dashboard:
         interval_s=settings.offsets_interval_s,
     )
     server = DashboardServer(state, host=settings.host, port=settings.port, push_interval_s=settings.push_interval_s,
-                             arena_results=settings.arena_results)
+                             arena_results=settings.arena_results,
+                             jaeger_query_url=settings.jaeger_query_url or settings.jaeger_url)
     server.add_check("state_caught_up", reader.caught_up.is_set)
     return Dashboard(state=state, reader=reader, monitor=monitor, server=server)
 

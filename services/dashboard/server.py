@@ -6,6 +6,8 @@
   nodes cannot flood the browser); the browser's EventSource reconnects by itself;
 - ``/api/state`` (``?since=<version>`` for a diff), ``/api/decisions/<id>`` (the full Decision and
   ActionResult as received, evidence included);
+- ``/trace/<decision_id>`` (page) and ``/api/trace/<decision_id>`` (JSON): the decision's trace from
+  Jaeger's query API (``jaeger_query_url``) as a waterfall (``trace_view.spans_of``);
 - ``/api/arena``: the latest arena results (``arena.load_arena``: policies side by side against
   kube-default), read from ``arena_results`` at each request (the file is small);
 - ``/healthz`` ``/readyz`` ``/metrics`` as the runtime's HealthServer serves them.
@@ -20,12 +22,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
 from services.dashboard.arena import load_arena
 from services.dashboard.state import DashboardState
+from services.dashboard.trace_view import spans_of
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
@@ -43,9 +47,11 @@ class DashboardServer:
         push_interval_s: float = 1.0,
         clock: Callable[[], float] = time.time,
         arena_results: Path | None = None,
+        jaeger_query_url: str = "http://127.0.0.1:16686",
     ) -> None:
         self.state = state
         self.arena_results = arena_results
+        self.jaeger_query_url = jaeger_query_url.rstrip("/")
         self.host = host
         self.port = port
         self.push_interval_s = push_interval_s
@@ -62,6 +68,8 @@ class DashboardServer:
         r.add_get("/api/state", self._api_state)
         r.add_get("/api/decisions/{decision_id}", self._api_decision)
         r.add_get("/api/arena", self._api_arena)
+        r.add_get("/api/trace/{decision_id}", self._api_trace)
+        r.add_get("/trace/{decision_id}", self._trace_page)
         r.add_get("/healthz", self._healthz)
         r.add_get("/readyz", self._readyz)
         r.add_get("/metrics", self._metrics)
@@ -147,6 +155,36 @@ class DashboardServer:
             "trace_id": entry.trace_id,
         }
         return web.Response(body=orjson.dumps(body, option=orjson.OPT_INDENT_2), content_type="application/json")
+
+    async def _trace_page(self, _: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC / "trace.html", headers={"Cache-Control": "no-cache"})
+
+    async def _api_trace(self, request: web.Request) -> web.Response:
+        decision_id = request.match_info["decision_id"]
+        entry = self.state.decisions.get(decision_id)
+        if entry is None:
+            raise web.HTTPNotFound(text=f"decision {decision_id} not held (unknown, or older than the newest "
+                                        "DASHBOARD_MAX_DECISIONS)")
+        trace_id = entry.trace_id or entry.decision.trace_id
+        if not trace_id:
+            raise web.HTTPNotFound(text=f"decision {decision_id} carries no trace id (tracing was off)")
+        url = f"{self.jaeger_query_url}/api/traces/{trace_id}"
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http, http.get(url) as r:
+                if r.status == 404:
+                    raise web.HTTPNotFound(text=f"trace {trace_id} is not in Jaeger at {self.jaeger_query_url} "
+                                                "(not exported yet, or expired)")
+                if r.status != 200:
+                    raise web.HTTPBadGateway(text=f"Jaeger answered {r.status} for {url}")
+                body = await r.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise web.HTTPBadGateway(text=f"cannot reach Jaeger at {self.jaeger_query_url}: {exc!r}") from None
+        traces = body.get("data") if isinstance(body, dict) else None
+        if not traces:
+            raise web.HTTPNotFound(text=f"trace {trace_id} is not in Jaeger at {self.jaeger_query_url}")
+        view = spans_of(traces[0])
+        view.update(decision_id=decision_id, jaeger_url=f"{self.state.config.jaeger_url.rstrip('/')}/trace/{trace_id}")
+        return web.Response(body=orjson.dumps(view), content_type="application/json")
 
     async def _api_arena(self, _: web.Request) -> web.Response:
         view = await asyncio.to_thread(load_arena, self.arena_results)

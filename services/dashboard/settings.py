@@ -46,6 +46,9 @@ class DashboardSettings(RuntimeSettings):
     jaeger_url: str = Field(
         default="http://127.0.0.1:16686", description="Jaeger UI base for trace links (<url>/trace/<trace id>)"
     )
+    jaeger_query_url: str | None = Field(
+        default=None, description="Jaeger query API base the trace page reads (default: DASHBOARD_JAEGER_URL)"
+    )
     start: StartAt = Field(
         default="lookback",
         description="Where reading starts: earliest, latest, or lookback_minutes back (clusterstate.v1: earliest)",

@@ -223,7 +223,7 @@ async def test_dashboard_in_headless_chromium(kafka_bootstrap: str, topic_prefix
         assert row["chosen"] == ["reliability"]
         assert len(set(row["colours"])) == 3  # one colour per agent
         assert "safety over efficiency" in row["reason"]
-        assert row["trace"] == f"http://127.0.0.1:16686/trace/{traffic.decisions['d-web'].trace_id}"
+        assert row["trace"] == f"{base}/trace/d-web"  # the dashboard's own waterfall of the decision's trace
         outcomes = await page.eval(
             "[...document.querySelectorAll('[data-decision-id]')].map(r => r.dataset.outcome).sort()")
         assert outcomes == ["applied", "dry-run", "failed", "refused"]
@@ -304,3 +304,89 @@ async def test_dashboard_in_headless_chromium(kafka_bootstrap: str, topic_prefix
         ARTIFACT.write_bytes(base64.b64decode(shot["data"]))
     assert ARTIFACT.stat().st_size > 20_000
     assert time.monotonic() - started < 90
+
+
+def _post_otlp(trace_id: str, t0_ns: int) -> dict[str, str]:
+    """Three spans of one decision's path to the real Jaeger (OTLP/HTTP JSON): features → regime → referee,
+    each after a wait, the referee's linking the features span (fan-in). Returns name → span id."""
+    import urllib.request
+    import uuid
+
+    from tests.integration.test_infra_jaeger_kube import OTLP_HTTP
+
+    ids = {name: uuid.uuid4().hex[:16] for name in ("features", "regime", "referee")}
+    layout = [  # service, name, start ms, duration ms, parent, link
+        ("features", "features window", 0, 5, None, None),
+        ("regime", "regime infer", 20, 3, "features", None),
+        ("referee", "referee decide", 40, 2, "regime", "features"),
+    ]
+    resource_spans = []
+    for service, name, start_ms, dur_ms, parent, link in layout:
+        s: dict[str, Any] = {
+            "traceId": trace_id, "spanId": ids[service], "name": name, "kind": 5,
+            "startTimeUnixNano": str(t0_ns + start_ms * 1_000_000),
+            "endTimeUnixNano": str(t0_ns + (start_ms + dur_ms) * 1_000_000),
+            "attributes": [{"key": "borg.node", "value": {"stringValue": "node-7"}}],
+        }
+        if parent:
+            s["parentSpanId"] = ids[parent]
+        if link:
+            s["links"] = [{"traceId": trace_id, "spanId": ids[link]}]
+        resource_spans.append({"resource": {"attributes": [{"key": "service.name",
+                                                            "value": {"stringValue": service}}]},
+                               "scopeSpans": [{"scope": {"name": "tests"}, "spans": [s]}]})
+    request = urllib.request.Request(OTLP_HTTP, data=json.dumps({"resourceSpans": resource_spans}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
+    return ids
+
+
+@pytest.mark.jaeger
+async def test_decision_trace_page_draws_the_waterfall_from_jaeger(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    from tests.integration.test_infra_jaeger_kube import JAEGER_SH, start
+
+    start(JAEGER_SH)
+    traffic = await replay_traffic(kafka_bootstrap, topic_prefix, nodes=20, rounds=2)
+    trace_id = traffic.decisions["d-web"].trace_id
+    assert trace_id
+    ids = _post_otlp(trace_id, time.time_ns() - 60_000_000_000)
+    settings = settings_for(topic_prefix, port=free_port(), history_minutes=1)
+    async with running_dashboard(settings) as base, chromium(tmp_path) as page:
+        async with aiohttp.ClientSession() as http:
+            async def trace_served() -> dict[str, Any] | None:
+                async with http.get(f"{base}/api/trace/d-web") as r:
+                    body: dict[str, Any] = await r.json() if r.status == 200 else {}
+                    return body if len(body.get("spans", [])) == 3 else None
+
+            view = await wait_until(trace_served, timeout=60, interval=0.5, what="the decision's trace via /api/trace")
+        assert [s["service"] for s in view["spans"]] == ["features", "regime", "referee"]
+        assert [s["depth"] for s in view["spans"]] == [0, 1, 2]
+        assert view["spans"][2]["links"] == [{"trace_id": trace_id, "span_id": ids["features"]}]
+        # the decision row links here, and Jaeger's own UI beside it
+        await page.call("Page.navigate", url=f"{base}/")
+        links = await page.wait_for(
+            """(() => { const row = document.querySelector('[data-decision-id="d-web"]');
+                       return row && row.querySelector('a.trace')
+                         ? [row.querySelector('a.trace').href, row.querySelector('a.jaeger').href] : null; })()""",
+            what="decision d-web's trace links",
+        )
+        assert links == [f"{base}/trace/d-web", f"http://127.0.0.1:16686/trace/{trace_id}"]
+        await page.call("Page.navigate", url=f"{base}/trace/d-web")
+        rows = await page.wait_for(
+            """(() => { const rows = [...document.querySelectorAll('.span-row')];
+                       return rows.length === 3 ? rows.map(r => ({service: r.dataset.service,
+                         wait: Number(r.dataset.waitUs), gap: !!r.querySelector('.gap'),
+                         link: r.querySelectorAll('a.link').length})) : null; })()""",
+            what="the waterfall's three rows",
+        )
+        assert [r["service"] for r in rows] == ["features", "regime", "referee"]
+        # 15 ms between features' end and regime's start, 17 ms before the referee: drawn as waits
+        assert [r["wait"] for r in rows] == [0, 15_000, 17_000] and [r["gap"] for r in rows] == [False, True, True]
+        assert [r["link"] for r in rows] == [0, 0, 1]
+        await page.eval("document.querySelector('.span-row').click()")
+        shown = await page.eval("!document.querySelector('.span-row .span-attrs').hidden")
+        assert shown is True
+        assert not page.page_errors(), page.page_errors()

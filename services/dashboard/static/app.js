@@ -249,7 +249,11 @@
       const outcome = r ? r.outcome : "awaiting";
       const fresh = !S.seenDecisions.has(d.id);
       S.seenDecisions.add(d.id);
-      const trace = d.trace_id ? `<a class="trace" href="${esc(traceUrl(d.trace_id))}" target="_blank" rel="noopener">trace ↗</a>` : '<span class="muted">no trace</span>';
+      // the trace page here (a waterfall from Jaeger's query API); Jaeger's own UI where it has one
+      const trace = d.trace_id
+        ? `<a class="trace" href="/trace/${encodeURIComponent(d.id)}" target="_blank" rel="noopener">trace ↗</a>` +
+          `<a class="jaeger" href="${esc(traceUrl(d.trace_id))}" target="_blank" rel="noopener">jaeger</a>`
+        : '<span class="muted">no trace</span>';
       const proposals = d.proposals.length ? d.proposals.map(proposalHtml).join("") : '<span class="muted">no proposals</span>';
       rows.push(
         `<article class="decision${fresh ? " fresh" : ""}" data-decision-id="${esc(d.id)}" data-outcome="${esc(outcome)}">` +
