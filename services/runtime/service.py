@@ -52,7 +52,9 @@ def run_service(name: str, settings_cls: type[S], body: ServiceBody[S]) -> int:
     """Entry point for `borgctl serve <name>`: returns the process exit code."""
     settings = load_settings(settings_cls)
     setup_logging(name, settings.log_level, settings.log_format)
-    setup_tracing(name, None if settings.otel_sdk_disabled else settings.otel_endpoint, settings.otel_sample_ratio)
+    setup_tracing(name, None if settings.otel_sdk_disabled else settings.otel_endpoint, settings.otel_sample_ratio,
+                  sampler=settings.otel_traces_sampler, sampler_arg=settings.otel_traces_sampler_arg,
+                  protocol=settings.otel_exporter_otlp_protocol, insecure=settings.otel_exporter_otlp_insecure)
     try:
         asyncio.run(_supervise(name, settings, body))
     finally:

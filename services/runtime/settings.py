@@ -27,7 +27,25 @@ class RuntimeSettings(BaseSettings):
     health_host: str = Field(default="127.0.0.1", validation_alias="HEALTH_HOST")
     health_port: int = Field(default=0, ge=0, le=65535, validation_alias="HEALTH_PORT")
     otel_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
-    otel_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, validation_alias="OTEL_SAMPLE_RATIO")
+    otel_sample_ratio: float = Field(
+        default=1.0, ge=0.0, le=1.0, validation_alias="OTEL_SAMPLE_RATIO",
+        description="Deprecated alias: parent-based ratio sampler when OTEL_TRACES_SAMPLER is not set",
+    )
+    otel_traces_sampler: Literal[
+        "always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
+        "parentbased_traceidratio",
+    ] | None = Field(default=None, validation_alias="OTEL_TRACES_SAMPLER")
+    otel_traces_sampler_arg: float | None = Field(
+        default=None, ge=0.0, le=1.0, validation_alias="OTEL_TRACES_SAMPLER_ARG"
+    )
+    otel_exporter_otlp_protocol: Literal["grpc", "http/protobuf"] | None = Field(
+        default=None, validation_alias="OTEL_EXPORTER_OTLP_PROTOCOL",
+        description="OTLP transport; unset: HTTP for port 4318 or a /v1/traces path, else gRPC",
+    )
+    otel_exporter_otlp_insecure: bool | None = Field(
+        default=None, validation_alias="OTEL_EXPORTER_OTLP_INSECURE",
+        description="gRPC without TLS; unset: plain text unless the endpoint is https://",
+    )
     otel_sdk_disabled: bool = Field(
         default=False,
         validation_alias="OTEL_SDK_DISABLED",
