@@ -97,14 +97,15 @@ def local_service_env(environ: dict[str, str] | None = None) -> tuple[dict[str, 
         notes.append(f"tracing: to the local Jaeger at {LOCAL_OTLP_ENDPOINT} (OTEL_SDK_DISABLED=true turns it off)")
     else:
         notes.append("tracing: off (the local Jaeger is not running and OTEL_EXPORTER_OTLP_ENDPOINT is not set)")
+    kube = by_name["kube"]
     if env.get("KUBECONFIG"):
         notes.append(f"kubernetes: KUBECONFIG={env['KUBECONFIG']}")
-    elif _healthy(by_name["kube"]):
-        result = run_script(by_name["kube"], "kubeconfig", capture=True)
-        path = result.stdout.strip()
-        if result.returncode == 0 and path:
-            wired["KUBECONFIG"] = path
-            notes.append(f"kubernetes: the local control plane (KUBECONFIG={path})")
+    elif kube.installed() and (result := run_script(kube, "kubeconfig", capture=True)).returncode == 0 \
+            and result.stdout.strip():
+        # the local control plane's admin kubeconfig exists (kube.sh start made it): its health is the
+        # referee's and watcher's to report, not a reason to leave them without a cluster
+        wired["KUBECONFIG"] = result.stdout.strip()
+        notes.append(f"kubernetes: the local control plane (KUBECONFIG={wired['KUBECONFIG']})")
     else:
         notes.append("kubernetes: no KUBECONFIG and no local control plane: referee and cluster-watcher will not start")
     return wired, notes

@@ -47,8 +47,15 @@ def test_otel_sdk_disabled_turns_tracing_off(local_stack: dict[str, bool], value
     assert "tracing: off (OTEL_SDK_DISABLED=true)" in notes
 
 
-def test_nothing_is_wired_to_what_is_not_running(local_stack: dict[str, bool]) -> None:
+def test_nothing_is_wired_to_what_is_not_running(
+    local_stack: dict[str, bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
     local_stack.update(jaeger=False, kube=False)
+
+    def no_kubeconfig(infra: stack.Infra, action: str, *, capture: bool = False) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess([], 1, stdout="", stderr="kube: error: admin.kubeconfig does not exist")
+
+    monkeypatch.setattr(stack, "run_script", no_kubeconfig)
     wired, notes = stack.local_service_env({})
     assert wired == {}
     assert any(n.startswith("tracing: off") for n in notes)
