@@ -42,12 +42,13 @@ from typing import Any, Protocol, TypeAlias
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from contracts.headers import trace_id_of
 from contracts.topics import DEADLETTER_TOPIC
 from services.runtime.admin import check_partitions, connect_admin
 from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.health import HealthServer
 from services.runtime.lag import lag_reporter
-from services.runtime.latency import STAGE_LATENCY, trace_id_of
+from services.runtime.latency import STAGE_LATENCY
 from services.runtime.metrics import COMMIT_SECONDS, CONSUMER_LAG, MESSAGES_IN
 from services.runtime.progress import Progress
 from services.runtime.recovery import Mark, Plan, plan_partition, read_back_dead_letters

@@ -85,13 +85,5 @@ class StageLatency:
         yield family
 
 
-def trace_id_of(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
-    """The trace id of a W3C ``traceparent`` header (``00-<32 hex>-<16 hex>-<2 hex>``), else None."""
-    for key, value in headers or ():
-        if key == "traceparent" and len(value) >= 55 and value[2:3] == b"-":
-            return value[3:35].decode("ascii", errors="replace")
-    return None
-
-
 STAGE_LATENCY = StageLatency()
 REGISTRY.register(STAGE_LATENCY)  # type: ignore[arg-type]

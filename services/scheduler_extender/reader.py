@@ -69,7 +69,8 @@ class StateReader:
         except ContractError:
             STATE_MESSAGES.labels(base, "bad").inc()
             return "bad"
-        if self.store.apply(value, now_ms) is not None:
+        traceparent = next((v for k, v in record.headers or () if k == "traceparent"), None)
+        if self.store.apply(value, now_ms, traceparent) is not None:
             STATE_MESSAGES.labels(base, "applied").inc()
             return "applied"
         STATE_MESSAGES.labels(base, "ignored").inc()

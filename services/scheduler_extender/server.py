@@ -14,8 +14,10 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import Counter, Histogram
 
 from contracts import telemetry as names
+from contracts.headers import TRACEPARENT, remote_parent
 from contracts.models import WORKLOAD_CLASSES
 from services.scheduler_extender.extender import BadRequestError, Explanation, Extender
+from services.scheduler_extender.state import NodeStateStore
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("borg.scheduler_extender")
@@ -30,6 +32,30 @@ FILTERED_NODES = Counter("borg_extender_filtered_nodes_total", "Candidate nodes 
 FALLBACKS = Counter("borg_extender_fallbacks_total", "Filter calls where every node was severe (none filtered)")
 BAD_REQUESTS = Counter("borg_extender_bad_requests_total", "Calls whose body was not a usable ExtenderArgs", ["verb"])
 JSON = "application/json"
+LINKED_NODES = 3
+"""Nodes whose input messages a call's span links: the top-scored (prioritize) or the filtered (filter)."""
+INPUT_NAMES = ("regime", "anomaly", "risk")
+
+
+def linked_nodes(ex: Explanation, limit: int = LINKED_NODES) -> list[str]:
+    """The nodes that decided the answer: the best-scored for the pod's class, or those filtered out."""
+    if ex.verb == "filter":
+        return [n for n in ex.nodes if n in ex.failed][:limit]
+    ci = ex.class_index
+    order = sorted(range(len(ex.nodes)), key=lambda i: -ex.card(i).scores[ci])
+    return [ex.nodes[i] for i in order[:limit]]
+
+
+def link_inputs(span: trace.Span, ex: Explanation, store: NodeStateStore) -> int:
+    """Link ``span`` to the regime / anomaly / risk messages behind the deciding nodes' state; the count."""
+    added = 0
+    for node in linked_nodes(ex):
+        for name, raw in zip(INPUT_NAMES, store.traces(node), strict=True):
+            parent = remote_parent([(TRACEPARENT, raw)]) if raw else None
+            if parent is not None:
+                span.add_link(parent, {names.NODE_NAME: node, "borg.extender.input": name})
+                added += 1
+    return added
 
 
 def annotate(span: trace.Span, ex: Explanation, max_nodes: int) -> None:
@@ -155,6 +181,7 @@ class ExtenderServer:
     def _finish_span(self, span: trace.Span, explanation: Explanation, end_ns: int) -> None:
         try:
             annotate(span, explanation, self.span_detail_max_nodes)
+            link_inputs(span, explanation, self.extender.store)
         finally:
             span.end(end_time=end_ns)
 

@@ -82,6 +82,9 @@ class NodeStateStore:
         self.stats = StoreStats()
         self.unknown = unknown_card(cfg)
         self._inputs: dict[str, PackedInputs] = {}
+        # the traceparent (raw bytes, untracked by the GC) of the message behind each held input, so a
+        # scheduler call's span can link the regime / anomaly / risk messages it used
+        self._traces: dict[str, tuple[bytes | None, bytes | None, bytes | None]] = {}
         self._slots: dict[str, Slot] = {}
         self._unknown_slots: dict[str, Slot] = {}
         self._min_expiry_ms = NEVER_MS  # no card expires before this
@@ -98,7 +101,11 @@ class NodeStateStore:
 
     # ------------------------------------------------------------------ updates
 
-    def apply(self, value: Contract, now_ms: int) -> str | None:
+    def traces(self, node: str) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """The traceparents of the node's held (regime, anomaly, risk) messages (None: unknown)."""
+        return self._traces.get(node, (None, None, None))
+
+    def apply(self, value: Contract, now_ms: int, traceparent: bytes | None = None) -> str | None:
         """Take one input; returns the node it changed (None when ignored or older than what is held)."""
         part: tuple[Any, ...]
         if isinstance(value, RegimeLabelV2):
@@ -116,8 +123,16 @@ class NodeStateStore:
             self.stats.older += 1
             return None
         self._set(node, (*current[:index], part, *current[index + 1 :]), now_ms)
+        self._note_trace(node, index, traceparent)
         self.stats.applied += 1
         return node
+
+    def _note_trace(self, node: str, index: int, traceparent: bytes | None) -> None:
+        if node not in self._inputs:
+            self._traces.pop(node, None)
+            return
+        held = self._traces.get(node, (None, None, None))
+        self._traces[node] = (*held[:index], traceparent, *held[index + 1 :])  # type: ignore[assignment]
 
     def forget(self, base_topic: str, key: str, now_ms: int) -> bool:
         """Apply a tombstone (null value) on a compacted topic: drop that input of the node."""
@@ -126,6 +141,7 @@ class NodeStateStore:
         if index is None or current is None or current[index] is None:
             return False
         self._set(key, (*current[:index], None, *current[index + 1 :]), now_ms)
+        self._note_trace(key, index, None)
         self.stats.deleted += 1
         return True
 

@@ -356,3 +356,32 @@ async def test_server_binds_and_stops() -> None:
     finally:
         await server.stop()
     assert not server.running
+
+
+async def test_a_calls_span_links_the_messages_behind_the_deciding_nodes(harness: Harness) -> None:
+    """Placements are traceable: prioritize links the regime / anomaly / risk messages of its top-scored nodes,
+    filter those of the nodes it filtered out (their traceparents as the extender read them from Kafka)."""
+    feed(harness.store, "node-a", MEMBW)
+    trace_id, regime_span, risk_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "00f067aa0ba902b8"
+    label = RegimeLabelV2(node="node-a", ts_ms=NOW, regime="membw", confidence=0.9, raw_regime="membw",
+                          changed=False, interference=MEMBW, model_version="m", input_ts_ms=NOW)
+    harness.store.apply(label, NOW, f"00-{trace_id}-{regime_span}-01".encode())
+    risk = FailureRiskV2(target_kind="node", target="node-a", ts_ms=NOW, model_version="m", input_ts_ms=NOW,
+                         horizons=[HorizonRisk(horizon_s=600, probability=0.0)])
+    harness.store.apply(risk, NOW, f"00-{trace_id}-{risk_span}-01".encode())
+    assert harness.store.traces("node-a") == (f"00-{trace_id}-{regime_span}-01".encode(), None,
+                                              f"00-{trace_id}-{risk_span}-01".encode())
+    await harness.post("/prioritize", args())
+    await harness.post("/filter", args())
+    await wait_until(lambda: len(harness.spans.get_finished_spans()) == 2, timeout=5, what="two spans")
+    spans = {s.name: s for s in harness.spans.get_finished_spans()}
+    for name in (names.SPAN_EXTENDER_PRIORITIZE, names.SPAN_EXTENDER_FILTER):  # node-a is top-scored and filtered
+        links = {(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}"): dict(link.attributes or {})
+                 for link in spans[name].links}
+        assert links == {
+            (trace_id, regime_span): {names.NODE_NAME: "node-a", "borg.extender.input": "regime"},
+            (trace_id, risk_span): {names.NODE_NAME: "node-a", "borg.extender.input": "risk"},
+        }, name
+    # a tombstone drops the input and its link
+    harness.store.forget("regimes.v2", "node-a", NOW)
+    assert harness.store.traces("node-a")[0] is None

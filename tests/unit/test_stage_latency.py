@@ -5,7 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from services.runtime.latency import BUCKETS, StageLatency, trace_id_of
+from contracts.headers import trace_id_of
+from services.runtime.latency import BUCKETS, StageLatency
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
