@@ -79,6 +79,24 @@ def deployment(namespace: str, name: str, replicas: int, workload: str) -> dict[
     }
 
 
+def settle_nodes(names: list[str], status: dict[str, Any], timeout_s: float = 30.0) -> None:
+    """Patch again until every node shows our allocatable: kwok initialises a node it saw without Ready from
+    that (empty) status, with 1k CPUs / 1 Ti, and its patch can land after ours."""
+    import time
+
+    want = status["status"]["allocatable"]
+    deadline = time.monotonic() + timeout_s
+    pending = list(names)
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.5)
+        items = json.loads(kubectl("get", "nodes", *pending, "-o", "json"))["items"]
+        pending = [n["metadata"]["name"] for n in items if n.get("status", {}).get("allocatable") != want]
+        for name in pending:
+            kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    if pending:
+        raise SystemExit(f"seed-cluster: nodes {pending[:5]} do not keep allocatable {want} (is kwok fighting it?)")
+
+
 def finish_terminating_namespaces() -> list[str]:
     """Force the pods of namespaces stuck Terminating, so the namespace controller can remove them.
 
@@ -200,6 +218,7 @@ def main(argv: list[str]) -> int:
     }
     for name in names:
         kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    settle_nodes(names, status)
     workloads = [deployment(args.namespace, n, r, w) for n, r, w in DEPLOYMENTS]
     workloads.append(
         {

@@ -229,10 +229,40 @@ class ArenaKube:
             name = f"arena-{self.run_id}-{i:03d}"
             node: Any = node_manifest(name, run_id=self.run_id)
             await self.core.create_node(node)
-            # kwok initialises a node only when it is not Ready: allocatable is set here, Ready by kwok
-            await self.core.patch_node_status(name, {"status": {"capacity": resources, "allocatable": resources}})
             self.nodes.append(name)
+        await self._settle(resources)
         return list(self.nodes)
+
+    async def _settle(self, resources: dict[str, str], timeout_s: float = 60.0) -> None:
+        """Every node Ready (kwok) with ``resources`` as capacity and allocatable.
+
+        kwok initialises a node that is not Ready from the status it saw, and fills in 1k CPUs / 1 Ti when
+        that had no allocatable: a patch of ours that lands before kwok's is overwritten. So patch, then
+        check, and patch again until kwok has made each node Ready and the numbers are ours.
+        """
+        import asyncio
+
+        from services.runtime.k8s_quantity import parse_quantity
+
+        want = {k: str(v) for k, v in resources.items()}
+        want_values = {k: parse_quantity(v) for k, v in want.items()}
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        pending = list(self.nodes)
+        while pending:
+            for name in pending:
+                await self.core.patch_node_status(name, {"status": {"capacity": want, "allocatable": want}})
+            await asyncio.sleep(0.5)
+            left = []
+            for name in pending:
+                status = (await self.core.read_node(name)).status
+                ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+                allocatable = {k: parse_quantity(v) for k, v in (status.allocatable or {}).items()}
+                if not ready or any(allocatable.get(k) != v for k, v in want_values.items()):
+                    left.append(name)
+            pending = left
+            if pending and asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"nodes {pending} not Ready with allocatable {want} within {timeout_s:.0f}s "
+                                   "(is kwok running? bash infra/kube/kube.sh status)")
 
     async def submit(self, task: LiveTask, scheduler: str) -> None:
         job: Any = job_manifest(task, run_id=self.run_id, scheduler=scheduler)  # the client takes a dict too
