@@ -143,13 +143,18 @@ def private_scheduler(
             time.sleep(0.25)
         yield log
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _tail(path: Path, lines: int = 20) -> str:

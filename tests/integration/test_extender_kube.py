@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import yaml  # type: ignore[import-untyped]
 
 from contracts.models import AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
-from loadtests.arena_live.kube import private_scheduler
+from loadtests.arena_live.kube import private_scheduler, stop_process
 from services.runtime.producer import Producer
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
 from tests.conftest import wait_until
@@ -100,14 +99,7 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+_stop = stop_process
 
 
 # ---------------------------------------------------------------- the extender process
