@@ -5,7 +5,7 @@ Per tick of ``tick_s`` (time ``T``):
 1. tasks submitted up to ``T`` join the pending queue (FIFO); the policy places pending tasks (at most
    ``max_attempts`` tries per tick; a task no node takes waits, as a pending pod does);
 2. each task's true slowdown is the simulator's model on its node's co-runners (the worst co-runner,
-   never summed: :func:`simulator.workloads.corunner_slowdowns`);
+   never summed: :func:`simulator.workloads.task_slowdowns`);
 3. a task with slowdown ``s`` does ``tick_s / s`` seconds of its work this tick, so it finishes ``s``
    times later than alone (a task finishing inside the tick leaves at its exact finish time; its share
    of the tick is what is accounted);
@@ -37,7 +37,7 @@ from simulator.arena.aware import SLO_SLOWDOWN, ArenaView, TaskPod
 from simulator.arena.kube_default import NodeResources
 from simulator.arena.policies import PlacementPolicy
 from simulator.arena.world import ArenaCluster, RegimeObserver
-from simulator.workloads import CLASS_INDEX, SENSITIVITY_MATRIX, excess
+from simulator.workloads import CLASS_INDEX, excess, task_slowdowns
 
 NODE_MILLI_CPU: Final = 16_000
 NODE_MEMORY: Final = 64 << 30
@@ -130,13 +130,9 @@ class Arena:
         """Recompute the true slowdown of every task on node ``i`` and the view the policies read."""
         tasks = self.residents[i]
         classes = np.array([CLASS_INDEX[t.arrival.workload_class] for t in tasks], dtype=np.int64)
-        ex = excess(np.array([t.arrival.pressure for t in tasks], dtype=np.float64).reshape(-1, 4))
-        if len(tasks) > 1:
-            m = 1.0 + SENSITIVITY_MATRIX[classes] @ ex.T  # m[k, j]: what co-runner j does to task k
-            np.fill_diagonal(m, 1.0)
-            slow = m.max(axis=1)
-        else:
-            slow = np.ones(len(tasks))
+        pressures = np.array([t.arrival.pressure for t in tasks], dtype=np.float64).reshape(-1, 4)
+        ex = excess(pressures)
+        slow = task_slowdowns([t.arrival.workload_class for t in tasks], pressures)
         for t, s in zip(tasks, slow.tolist(), strict=True):
             t.slowdown = s
         self.view.classes[i], self.view.excess[i], self.view.slowdown[i] = classes, ex, slow
