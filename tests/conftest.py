@@ -77,3 +77,13 @@ async def wait_until(predicate, *, timeout: float = 30.0, interval: float = 0.05
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def env_aliases(alias: object) -> list[str]:
+    """The environment names a settings field's ``validation_alias`` accepts (a str or ``AliasChoices``)."""
+    if alias is None:
+        return []
+    choices = getattr(alias, "choices", None)
+    if choices is None:
+        return [str(alias)]
+    return [c for c in choices if isinstance(c, str)]

@@ -29,10 +29,12 @@ from contracts import ContractError, decode
 from contracts import telemetry as names
 from contracts.headers import extract_trace
 from contracts.models import ActionResult, Decision, Proposal
+from services.referee import durable
 from services.referee.policy import RefereeState, Resolution, resolve, settle
 from services.referee.settings import RefereeSettings
 from services.referee.windows import Window, Windows
 from services.runtime.batch_stream import Batch, BatchStream, LoopHooks
+from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import StreamSettings
 
@@ -106,7 +108,31 @@ class Referee:
     def is_ready(self) -> bool:
         return self._stream is not None and self._stream.is_ready()
 
+    @property
+    def state_topic(self) -> str:
+        return self.sink.topic(durable.state_topic(self.s.group_id))
+
+    async def restore(self) -> None:
+        """Load the guard state the previous referee of this group left (``REFEREE_DURABLE_STATE``)."""
+        if not self.s.durable_state:
+            return
+        await ensure_changelog(self.s.kafka_bootstrap, self.state_topic, 1, self.s.state_replication)
+        records = (await read_changelog(self.s.kafka_bootstrap, self.state_topic, [0]))[0]
+        self.state = durable.restore(records, max_decided=self.state.max_decided)
+        log.info("referee state restored: %d targets, %d actions and %d disruptions in their windows, "
+                 "%d decisions carried out", len(self.state.last), len(self.state.actions),
+                 len(self.state.disruptions), len(self.state.decided))
+
+    async def _persist(self, res: Resolution, evicted: list[str]) -> None:
+        if not self.s.durable_state:
+            return
+        horizon_ms = int(max(60.0, self.s.disruption_window_s) * 1000)
+        for key, value in durable.records_after(self.state, res, evicted, now_ms=self.now_ms(),
+                                                budget_horizon_ms=horizon_ms):
+            await self.sink.changelog(self.state_topic, 0, key, value)
+
     async def run(self, stop: asyncio.Event) -> None:
+        await self.restore()
         stream = self.stream()
         ready = asyncio.create_task(self._mirror_ready(stream))
         try:
@@ -232,7 +258,8 @@ class Referee:
             span.set_attribute(names.PROPOSAL_COUNT, len(decision.proposals))
             await self.sink.send(DECISIONS, key, decision, None)
             result = await self._act(decision, res)
-            settle(self.state, res, result.outcome)
+            evicted = settle(self.state, res, result.outcome)
+            await self._persist(res, evicted)
             span.set_attribute(names.ACTION_OUTCOME, result.outcome)
             await self.sink.send(ACTIONS, key, result, None)
         self.stats.decisions += 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from prometheus_client import Gauge
+
 from services.referee.loop import Referee
 from services.referee.settings import RefereeSettings
 from services.runtime.health import HealthServer
@@ -12,9 +14,65 @@ from services.runtime.service import run_service
 from services.runtime.stream_io import Sink
 
 log = logging.getLogger(__name__)
+LEADER = Gauge("borg_referee_leader", "1 while this referee holds the leader-election Lease (or runs without one)")
 
 
 async def body(settings: RefereeSettings, stop: asyncio.Event, health: HealthServer) -> None:
+    if not settings.leader_election:
+        LEADER.set(1)
+        await serve(settings, stop, health)
+        return
+    from services.referee.actuator import api_client
+    from services.referee.lease import LeaseElector
+
+    api = await api_client(settings.kubeconfig)
+    elector = LeaseElector(api, name=settings.lease_name, namespace=settings.lease_namespace,
+                           identity=settings.identity, lease_duration_s=settings.lease_duration_s,
+                           renew_deadline_s=settings.renew_deadline_s, retry_period_s=settings.retry_period_s,
+                           request_timeout_s=settings.request_timeout_s)
+    campaign_stop = asyncio.Event()
+    campaign = asyncio.create_task(elector.run(campaign_stop), name="leader election")
+    LEADER.set(0)
+    try:
+        log.info("referee %s: standby until it holds lease %s/%s", settings.identity, settings.lease_namespace,
+                 settings.lease_name)
+        if not await _first(elector.leading, stop, elector.lost):
+            return
+        LEADER.set(1)
+        # the referee stops on either: the process is told to, or the lease is gone
+        serving_stop = asyncio.Event()
+        relay = asyncio.create_task(_relay(serving_stop, stop, elector.lost))
+        try:
+            await serve(settings, serving_stop, health)
+        finally:
+            relay.cancel()
+        if elector.lost.is_set():
+            # exit non-zero: the restarted process campaigns again as a standby
+            raise SystemExit("referee: leadership lost; exiting so the restart campaigns as a standby")
+    finally:
+        LEADER.set(0)
+        campaign_stop.set()
+        await asyncio.gather(campaign, return_exceptions=True)
+        await api.close()
+
+
+async def _first(wanted: asyncio.Event, *others: asyncio.Event) -> bool:
+    """Wait until ``wanted`` or one of ``others`` is set; True when ``wanted`` is."""
+    waiters = [asyncio.create_task(e.wait()) for e in (wanted, *others)]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+    return wanted.is_set() and not any(e.is_set() for e in others)
+
+
+async def _relay(target: asyncio.Event, *sources: asyncio.Event) -> None:
+    await _first(*sources)
+    target.set()
+
+
+async def serve(settings: RefereeSettings, stop: asyncio.Event, health: HealthServer) -> None:
     sink = Sink(bootstrap=settings.kafka_bootstrap, service="referee", topic_prefix=settings.topic_prefix)
     await sink.start()
     actuator = None

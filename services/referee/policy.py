@@ -208,18 +208,27 @@ def resolve(
     return Resolution(decision, best, previous=last)
 
 
-def settle(state: RefereeState, resolution: Resolution, outcome: str) -> None:
-    """Feed an ActionResult's outcome back: keep the reserved slot when acted on, give it back otherwise."""
+def settle(state: RefereeState, resolution: Resolution, outcome: str) -> list[str]:
+    """Feed an ActionResult's outcome back: keep the reserved slot when acted on, give it back otherwise.
+
+    Returns the decision ids dropped from ``state.decided`` to keep it bounded (the durable state
+    deletes them too).
+    """
     decision = resolution.decision
     chosen = resolution.chosen
+    evicted: list[str] = []
     if outcome in APPLIED_OUTCOMES:
         state.decided[decision.decision_id] = (decision.action, decision.chosen_proposal_id)
         state.decided.move_to_end(decision.decision_id)
         while len(state.decided) > state.max_decided:
-            state.decided.popitem(last=False)
-    if chosen is None or resolution.replay or (outcome in APPLIED_OUTCOMES and outcome != "duplicate"):
-        return
-    # Not acted on (refused, failed, or already done): release what resolve() reserved.
+            evicted.append(state.decided.popitem(last=False)[0])
+    # ``duplicate``: the object already carries this decision, so the action *is* in effect: it keeps
+    # its cooldown and budget slot. A referee that knew it would have recognised the replay before
+    # reserving anything; one that did not (a restart or fail-over that lost the last state record)
+    # must count it, or the cluster gets one disruption more than the budget.
+    if chosen is None or resolution.replay or outcome in APPLIED_OUTCOMES:
+        return evicted
+    # Not acted on (refused or failed): release what resolve() reserved.
     key = decision.target.key()
     if resolution.previous is not None:
         state.last[key] = resolution.previous
@@ -228,6 +237,7 @@ def settle(state: RefereeState, resolution: Resolution, outcome: str) -> None:
     _discard(state.actions, decision.ts_ms)
     if chosen.kind in DISRUPTIVE:
         _discard(state.disruptions, decision.ts_ms)
+    return evicted
 
 
 def _discard(times: deque[int], ts: int) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.runtime.settings import RuntimeSettings
@@ -42,3 +44,32 @@ class RefereeSettings(RuntimeSettings):
         default=("kube-system", "kube-public", "kube-node-lease", "borg-system", "borg-node"),
         description="Namespaces whose admission is never held",
     )
+    durable_state: bool = Field(
+        default=True,
+        description="Keep cooldowns, budgets and carried-out decisions in a compacted topic and restore them on start",
+    )
+    state_replication: int = Field(default=1, ge=1, le=5, description="Replication factor of that topic")
+    leader_election: bool = Field(
+        default=False,
+        description="Act only while holding a coordination.k8s.io Lease (run two replicas for fail-over)",
+    )
+    lease_name: str = Field(default="borg-referee", min_length=1, description="Lease of the leader election")
+    lease_namespace: str = Field(default="borg-system", min_length=1, description="Namespace of that Lease")
+    lease_duration_s: int = Field(default=15, ge=2, le=300, description="A silent leader is replaced after this")
+    renew_deadline_s: float = Field(default=10.0, gt=0.0, description="A leader that cannot renew this long stops")
+    retry_period_s: float = Field(default=2.0, gt=0.0, description="How often candidates try and leaders renew")
+    identity: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+        validation_alias=AliasChoices("REFEREE_IDENTITY", "POD_NAME"), min_length=1,
+        description="This replica's name in the Lease (the manifest sets POD_NAME; default: host name and pid)",
+    )
+
+    @model_validator(mode="after")
+    def _election_timing(self) -> RefereeSettings:
+        if self.leader_election and not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                "REFEREE_RETRY_PERIOD_S < REFEREE_RENEW_DEADLINE_S < REFEREE_LEASE_DURATION_S must hold "
+                f"(got {self.retry_period_s} / {self.renew_deadline_s} / {self.lease_duration_s}): a leader must "
+                "give up before its lease can expire for the standby"
+            )
+        return self

@@ -28,6 +28,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from borgctl.registry import SERVICES
+from tests.conftest import env_aliases
 from tests.metric_names import missing, used
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -371,7 +372,7 @@ def _settings_variables() -> set[str]:
     ):
         prefix = str(cls.model_config.get("env_prefix", "")).upper()
         names |= {f"{prefix}{name.upper()}" for name in cls.model_fields}
-        names |= {str(f.validation_alias) for f in cls.model_fields.values() if f.validation_alias}
+        names |= {alias for f in cls.model_fields.values() for alias in env_aliases(f.validation_alias)}
     return names
 
 

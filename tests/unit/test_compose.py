@@ -23,6 +23,7 @@ import yaml  # type: ignore[import-untyped]
 from borgctl.main import DELEGATED, build_parser
 from borgctl.registry import SERVICES
 from services.runtime.settings import RuntimeSettings
+from tests.conftest import env_aliases
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -248,7 +249,7 @@ def test_environment_names_are_settings_the_services_read(with_loadgen: dict[str
     def aliases(cls: type[RuntimeSettings]) -> set[str]:
         prefix = str(cls.model_config.get("env_prefix", "")).upper()
         names = {f"{prefix}{field.upper()}" for field in cls.model_fields}
-        return names | {str(f.validation_alias) for f in cls.model_fields.values() if f.validation_alias}
+        return names | {alias for f in cls.model_fields.values() for alias in env_aliases(f.validation_alias)}
 
     known = {"KUBECONFIG"}
     for settings in (RuntimeSettings, RefereeSettings, ExtenderSettings, NodeAgentSettings):
