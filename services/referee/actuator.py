@@ -29,6 +29,7 @@ from opentelemetry import trace
 from contracts import telemetry as names
 from contracts.models import ActionResult, Decision, JsonScalar, Proposal, TargetRef
 from services.referee import budgets, patches
+from services.referee.capabilities import DISCOVERY_PATHS, REQUIRES, Capabilities
 from services.referee.settings import RefereeSettings
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,8 @@ class KubeActuator:
         self.s = settings
         self.instance = instance or socket.gethostname()
         self.calls: set[Rbac] = set()
+        self._capabilities: Capabilities | None = None
+        self._capabilities_at = 0.0
         self._handlers: dict[str, Callable[[Step], Awaitable[Outcome]]] = {
             "scale_out": self._scale,
             "replicate": self._scale,
@@ -131,13 +134,49 @@ class KubeActuator:
 
     # ------------------------------------------------------------------ entry point
 
+    async def capabilities(self) -> Capabilities | None:
+        """What the API serves (API discovery, read again every ``capabilities_refresh_s``); None while unknown.
+
+        Discovery is readable by every authenticated client (``system:discovery``), so it needs no RBAC rule
+        and is not counted in ``calls``. When it cannot be read the last answer stands (or None: nothing is
+        refused for it, the write itself decides).
+        """
+        now = time.monotonic()
+        if self._capabilities is not None and now - self._capabilities_at < self.s.capabilities_refresh_s:
+            return self._capabilities
+        documents = []
+        try:
+            for path in DISCOVERY_PATHS:
+                try:
+                    documents.append(await self.api.call_api(
+                        path, "GET", header_params={"Accept": "application/json"},
+                        response_types_map={200: "object"}, auth_settings=["BearerToken"],
+                        _return_http_data_only=True, _request_timeout=self.s.request_timeout_s))
+                except ApiException as exc:
+                    if exc.status != 404:  # a group the server does not serve at all: absent
+                        raise
+        except (ApiException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.warning("API discovery failed (%s): keeping the previous capabilities", exc)
+            self._capabilities_at = now - self.s.capabilities_refresh_s + 10.0  # try again in 10 s
+            return self._capabilities
+        found = Capabilities.from_discovery(doc for doc in documents if isinstance(doc, dict))
+        if found != self._capabilities:
+            lacking = sorted({need for needs in REQUIRES.values() for need in needs} - found.served)
+            log.info("API discovery: %s", f"not served: {', '.join(lacking)}" if lacking else "every action supported")
+        self._capabilities, self._capabilities_at = found, now
+        return found
+
     async def execute(self, decision: Decision, proposal: Proposal, *, dry_run: bool) -> ActionResult:
         """Apply (or server-side dry-run) the chosen proposal; never raises."""
         step = Step(decision, proposal, dry_run)
         handler = self._handlers.get(decision.action)
         try:
+            caps = await self.capabilities()
+            refusal = caps.refusal(decision.action) if caps is not None else None
             if handler is None:
                 result = Outcome("refused", f"no actuator for action {decision.action!r}")
+            elif refusal is not None:
+                result = Outcome("refused", refusal)
             else:
                 result = await handler(step)
         except ApiException as exc:

@@ -39,6 +39,9 @@ class RefereeSettings(RuntimeSettings):
     field_manager: str = Field(default="borg-referee", description="fieldManager of every write")
     conflict_retries: int = Field(default=3, ge=0, le=10, description="Re-read and retry on 409 Conflict")
     request_timeout_s: float = Field(default=10.0, gt=0.0, description="Per Kubernetes API request")
+    capabilities_refresh_s: float = Field(
+        default=300.0, gt=0.0, description="How often API discovery is read again (actions the API lacks are refused)"
+    )
     event_namespace: str = Field(default="default", description="Namespace of Events on cluster-scoped objects")
     protected_namespaces: tuple[str, ...] = Field(
         default=("kube-system", "kube-public", "kube-node-lease", "borg-system", "borg-node"),
