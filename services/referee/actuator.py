@@ -30,6 +30,7 @@ from contracts import telemetry as names
 from contracts.models import ActionResult, Decision, JsonScalar, Proposal, TargetRef
 from services.referee import budgets, patches
 from services.referee.capabilities import DISCOVERY_PATHS, REQUIRES, Capabilities
+from services.referee.lease import KubeCall, KubeCallError
 from services.referee.settings import RefereeSettings
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,22 @@ async def api_client(kubeconfig: str | None) -> client.ApiClient:
             raise
         config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     return client.ApiClient(configuration=cfg)
+
+
+def kube_call(api: client.ApiClient, timeout_s: float) -> KubeCall:
+    """A plain JSON request function over ``api`` (the Lease election's client), API errors as ``KubeCallError``."""
+
+    async def call(method: str, path: str, body: Obj | None) -> Obj:
+        try:
+            result: Obj = await api.call_api(
+                path, method, header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                body=body, response_types_map={200: "object", 201: "object"}, auth_settings=["BearerToken"],
+                _return_http_data_only=True, _request_timeout=timeout_s)
+        except ApiException as exc:
+            raise KubeCallError(int(exc.status or 0), str(exc.reason or "")) from exc
+        return result or {}
+
+    return call
 
 
 def _status_body(exc: ApiException) -> dict[str, JsonScalar]:

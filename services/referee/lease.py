@@ -17,18 +17,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.referee.lease_rules import LeaseRecord, Observation, next_step, transitions_after
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+KubeCall = Callable[[str, str, Obj | None], Awaitable[Obj]]
+"""(method, path, JSON body) → the JSON answer; an API error raises ``KubeCallError`` (the actuator
+module, the referee's one Kubernetes client module, makes it: ``actuator.kube_call``)."""
+
+
+class KubeCallError(Exception):
+    """An API server answer other than 2xx."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
 
 
 def _micro_time(now: datetime) -> str:
@@ -49,30 +59,21 @@ def record_of(lease: Obj) -> LeaseRecord:
 class LeaseElector:
     """Campaign for one Lease until stopped; ``leading`` is set while this process holds it."""
 
-    def __init__(self, api: client.ApiClient, *, name: str, namespace: str, identity: str, lease_duration_s: int,
-                 renew_deadline_s: float, retry_period_s: float, request_timeout_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.api = api
+    def __init__(self, call: KubeCall, *, name: str, namespace: str, identity: str, lease_duration_s: int,
+                 renew_deadline_s: float, retry_period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._call = call
         self.name = name
         self.namespace = namespace
         self.identity = identity
         self.lease_duration_s = lease_duration_s
         self.renew_deadline_s = renew_deadline_s
         self.retry_period_s = retry_period_s
-        self.request_timeout_s = request_timeout_s
         self.clock = clock
         self.leading = asyncio.Event()
         self.lost = asyncio.Event()
         self.observation = Observation()
         self._renewed_at = 0.0
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-
-    async def _call(self, method: str, path: str, body: Obj | None = None) -> Obj:
-        result: Obj = await self.api.call_api(
-            path, method, header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            body=body, response_types_map={200: "object", 201: "object"}, auth_settings=["BearerToken"],
-            _return_http_data_only=True, _request_timeout=self.request_timeout_s)
-        return result or {}
 
     def _spec(self, record: LeaseRecord | None, acquire: bool) -> Obj:
         now = _micro_time(datetime.now(UTC))
@@ -85,8 +86,8 @@ class LeaseElector:
     async def try_once(self) -> bool:
         """Read the lease and create, take or renew it when the rules say so; True when this process holds it."""
         try:
-            lease: Obj | None = await self._call("GET", f"{self._path}/{self.name}")
-        except ApiException as exc:
+            lease: Obj | None = await self._call("GET", f"{self._path}/{self.name}", None)
+        except KubeCallError as exc:
             if exc.status != 404:
                 raise
             lease = None
@@ -117,7 +118,7 @@ class LeaseElector:
             while not stop.is_set():
                 try:
                     held = await self.try_once()
-                except ApiException as exc:
+                except KubeCallError as exc:
                     held = False
                     if exc.status != 409:  # 409: another candidate wrote first, the normal race
                         log.warning("leader election: lease %s/%s: %s %s", self.namespace, self.name, exc.status,
@@ -151,14 +152,14 @@ class LeaseElector:
     async def release(self) -> None:
         """Give the lease up (empty holder) so a standby takes it without waiting for it to expire."""
         try:
-            lease = await self._call("GET", f"{self._path}/{self.name}")
+            lease = await self._call("GET", f"{self._path}/{self.name}", None)
             if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
             spec = {**lease["spec"], "holderIdentity": None, "leaseDurationSeconds": 1,
                     "renewTime": _micro_time(datetime.now(UTC))}
             await self._call("PUT", f"{self._path}/{self.name}", {**lease, "spec": spec})
             log.info("leader election: %s released lease %s/%s", self.identity, self.namespace, self.name)
-        except (ApiException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (KubeCallError, aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.warning("leader election: releasing lease %s/%s failed: %s", self.namespace, self.name, exc)
         finally:
             self.leading.clear()

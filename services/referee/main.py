@@ -22,14 +22,14 @@ async def body(settings: RefereeSettings, stop: asyncio.Event, health: HealthSer
         LEADER.set(1)
         await serve(settings, stop, health)
         return
-    from services.referee.actuator import api_client
+    from services.referee.actuator import api_client, kube_call
     from services.referee.lease import LeaseElector
 
     api = await api_client(settings.kubeconfig)
-    elector = LeaseElector(api, name=settings.lease_name, namespace=settings.lease_namespace,
-                           identity=settings.identity, lease_duration_s=settings.lease_duration_s,
-                           renew_deadline_s=settings.renew_deadline_s, retry_period_s=settings.retry_period_s,
-                           request_timeout_s=settings.request_timeout_s)
+    elector = LeaseElector(kube_call(api, settings.request_timeout_s), name=settings.lease_name,
+                           namespace=settings.lease_namespace, identity=settings.identity,
+                           lease_duration_s=settings.lease_duration_s, renew_deadline_s=settings.renew_deadline_s,
+                           retry_period_s=settings.retry_period_s)
     campaign_stop = asyncio.Event()
     campaign = asyncio.create_task(elector.run(campaign_stop), name="leader election")
     LEADER.set(0)
@@ -73,7 +73,8 @@ async def _relay(target: asyncio.Event, *sources: asyncio.Event) -> None:
 
 
 async def serve(settings: RefereeSettings, stop: asyncio.Event, health: HealthServer) -> None:
-    sink = Sink(bootstrap=settings.kafka_bootstrap, service="referee", topic_prefix=settings.topic_prefix)
+    sink = Sink(bootstrap=settings.kafka_bootstrap, service="referee", topic_prefix=settings.topic_prefix,
+                producer_spans=True)
     await sink.start()
     actuator = None
     try:
