@@ -15,6 +15,9 @@ class AgentSettings(RuntimeSettings):
 
     group_id: str | None = Field(default=None, description="Consumer group; default agent-<name>")
     repropose_s: float = Field(default=30.0, ge=0.0, description="An unchanged proposal is re-sent at most this often")
+    durable_memory: bool = Field(
+        default=True, description="Keep what was proposed, and when, in a compacted topic: a restart does not re-send"
+    )
     max_input_age_s: float = Field(
         default=600.0, ge=0.0, description="Inputs older than this (by their ts) are ignored; 0 disables"
     )
@@ -47,6 +50,15 @@ class EfficiencySettings(AgentSettings):
     min_replicas: int = Field(default=1, ge=0, description="Never propose scaling in below this")
     balloon_factor: float = Field(default=0.8, gt=0.0, lt=1.0, description="New memory request = old * factor")
     balloon_min_mib: int = Field(default=64, ge=1, description="Never balloon a pod below this request")
+    forecast_horizon_s: int = Field(
+        default=1800, gt=0, description="Consolidate only when the load forecast stays low this far ahead"
+    )
+    forecast_cpu_p90: float = Field(
+        default=0.3, ge=0.0, le=1.0, description="Forecast CPU p90 (any horizon up to forecast_horizon_s) still low"
+    )
+    forecast_mem_p90: float = Field(
+        default=0.4, ge=0.0, le=1.0, description="Forecast memory p90 (any horizon up to forecast_horizon_s) still low"
+    )
 
 
 class AdmissionSettings(AgentSettings):

@@ -24,6 +24,7 @@ from contracts.models import AgentName
 from services.agents.proposals import Candidate
 from services.agents.settings import AgentSettings
 from services.agents.view import ClusterView, Scope
+from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.health import HealthServer
 from services.runtime.worker import Incoming, Outgoing, StreamWorker
 
@@ -44,6 +45,23 @@ class Agent(Generic[S]):
         self.clock = clock
         self.view = ClusterView(max_tasks=settings.max_tasks)
         self._sent: dict[tuple[str, str], tuple[bytes, int]] = {}
+        self._unsaved: dict[tuple[str, str], tuple[bytes, int]] = {}
+
+    # -- what was proposed, kept across restarts (``memory_topic``) ---------------------------------
+
+    def restore_sent(self, records: dict[bytes, bytes]) -> int:
+        """Take back what an earlier process of this agent proposed (the memory topic's live records)."""
+        for key, value in records.items():
+            slot, sent = _decode_sent(key, value)
+            if slot is not None and sent is not None and (slot not in self._sent or self._sent[slot][1] < sent[1]):
+                self._sent[slot] = sent
+        return len(self._sent)
+
+    def take_unsaved(self) -> list[tuple[bytes, bytes]]:
+        """The memory records of proposals sent since the last call (to write before the input is committed)."""
+        out = [_encode_sent(slot, sent) for slot, sent in self._unsaved.items()]
+        self._unsaved.clear()
+        return out
 
     def observe(self, topic: str, key: str, value: Contract, span: trace.SpanContext | None = None) -> list[Candidate]:
         """Take one input; return the proposals to send now."""
@@ -60,7 +78,7 @@ class Agent(Generic[S]):
         last = self._sent.get(slot)
         if last is not None and last[0] == fingerprint and now_ms - last[1] < self.settings.repropose_s * 1000:
             return False
-        self._sent[slot] = (fingerprint, now_ms)
+        self._sent[slot] = self._unsaved[slot] = (fingerprint, now_ms)
         return True
 
     async def handle(self, msg: Incoming) -> Sequence[Outgoing]:
@@ -82,20 +100,59 @@ class Agent(Generic[S]):
         return [Outgoing(PROPOSALS, c.proposal.target.key(), c.proposal) for c in candidates]
 
 
+def _encode_sent(slot: tuple[str, str], sent: tuple[bytes, int]) -> tuple[bytes, bytes]:
+    return orjson.dumps(list(slot)), orjson.dumps([sent[0].decode(), sent[1]])
+
+
+def _decode_sent(key: bytes, value: bytes) -> tuple[tuple[str, str] | None, tuple[bytes, int] | None]:
+    try:
+        target, kind = orjson.loads(key)
+        fingerprint, ts_ms = orjson.loads(value)
+        if isinstance(target, str) and isinstance(kind, str) and isinstance(fingerprint, str) and type(ts_ms) is int:
+            return (target, kind), (fingerprint.encode(), ts_ms)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        pass
+    return None, None  # a record that does not parse is skipped: at worst a proposal is sent again
+
+
+def memory_topic(group_id: str) -> str:
+    """The compacted topic (one partition) of what the agents of this group proposed (before the topic prefix)."""
+    return f"borg-{group_id}-proposed-changelog"
+
+
 async def run_agent(
     agent: Agent[S], input_topics: Sequence[str], stop: asyncio.Event, health: HealthServer | None = None
 ) -> StreamWorker:
-    """Consume the inputs until `stop` is set (returns the worker for its stats)."""
+    """Consume the inputs until `stop` is set (returns the worker for its stats).
+
+    With ``durable_memory`` (the default) what the agent proposed and when is restored from, and written
+    to, a compacted topic before the inputs behind it are committed: a restarted agent does not send
+    again, within ``repropose_s``, what it had just sent.
+    """
     s = agent.settings
+    group = s.group_id or f"agent-{agent.name}"
+    memory = s.topic(memory_topic(group))
+
+    async def handle(msg: Incoming) -> Sequence[Outgoing]:
+        out = await agent.handle(msg)
+        if s.durable_memory:
+            for key, value in agent.take_unsaved():
+                await worker.sink.changelog(memory, 0, key, value)
+        return out
+
     worker = StreamWorker(
         service=f"agent-{agent.name}",
         bootstrap=s.kafka_bootstrap,
-        group_id=s.group_id or f"agent-{agent.name}",
+        group_id=group,
         input_topics=list(input_topics),
-        handler=agent.handle,
+        handler=handle,
         topic_prefix=s.topic_prefix,
         error_policy=s.error_policy,
     )
+    if s.durable_memory:
+        await ensure_changelog(s.kafka_bootstrap, memory, 1)
+        restored = agent.restore_sent((await read_changelog(s.kafka_bootstrap, memory, [0]))[0])
+        log.info("agent %s: %d proposals restored from %s", agent.name, restored, memory)
     if health is not None:
         health.add_check("kafka", worker.is_ready)
         health.add_liveness("kafka", worker.stream.progress.check)

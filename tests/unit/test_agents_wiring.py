@@ -46,3 +46,19 @@ def test_a_node_turning_unknown_gets_no_taint_proposal() -> None:
     assert [c.proposal.kind for c in agent.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))] == ["taint"]
     assert agent.observe(REGIMES_TOPIC, "n1", unknown("n1", ts=NOW + 1)) == []
     assert agent.observe(REGIMES_TOPIC, "n2", unknown("n2")) == []
+
+
+def test_what_was_proposed_survives_a_restart_through_its_memory_records() -> None:
+    clock = Clock()
+    first = Agent("admission", AdmissionSettings(repropose_s=300), admission_policy.evaluate, clock)
+    assert [c.proposal.kind for c in first.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))] == ["taint"]
+    records = dict(first.take_unsaved())
+    assert len(records) == 1 and first.take_unsaved() == [], "each record is handed over once"
+    # a new process of the agent, its memory restored: the same input proposes nothing within repropose_s
+    clock.t += 10
+    second = Agent("admission", AdmissionSettings(repropose_s=300), admission_policy.evaluate, clock)
+    assert second.restore_sent({**records, b"garbage": b"\xff", b'["n9","taint"]': b"[1]"}) == 1
+    assert second.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8)) == []
+    # without it, the restarted agent would have sent the taint again
+    forgetful = Agent("admission", AdmissionSettings(repropose_s=300), admission_policy.evaluate, clock)
+    assert [c.proposal.kind for c in forgetful.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))] == ["taint"]
