@@ -21,6 +21,7 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
     "replay": ("loadtests.replay", "main", "replay recorded or synthetic traffic onto the topics"),
     "bench": ("loadtests.bench", "main", "benchmarks: pipeline, inference, agent, referee, extender"),
     "trace": ("borgctl.trace", "main", "print a decision's trace from Jaeger as a tree"),
+    "model": ("borgctl.model", "main", "model versions: status, promote, rollback"),
     "load": ("loadtests.scenario", "main", "ramped load scenario and soak runs"),
 }
 STOP_ON_SIGTERM = frozenset({"replay", "bench", "load"})
@@ -30,6 +31,7 @@ TRAIN = {
     "regime": ("training.cli", "train_regime"),
     "anomaly": ("training.cli", "train_anomaly"),
     "forecast": ("training.forecast.cli", "train_forecast"),
+    "placement": ("training.placement.cli", "train_placement"),
 }
 EVAL = {"failure": ("training.cli", "eval_failure"), "failure-rolling": ("training.cli", "eval_failure_rolling"),
         "regime": ("training.regime.evaluate", "eval_regime"), "forecast": ("training.forecast.cli", "eval_forecast")}
@@ -88,13 +90,20 @@ def cmd_status(_: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from contracts.topics import TOPICS
     from services.runtime.admin import create_topics, describe_topics
+    from services.runtime.settings import RuntimeSettings, load_settings
 
+    if args.replication is None:
+        args.replication = load_settings(RuntimeSettings).topic_replication
+    elif not 1 <= args.replication <= 5:
+        raise UserError(f"--replication {args.replication}: must be 1..5")
     try:
         if args.action == "create":
-            created = asyncio.run(create_topics(bootstrap(), prefix=args.prefix))
+            created = asyncio.run(create_topics(bootstrap(), prefix=args.prefix, replication=args.replication))
             print(f"created {len(created)}: {', '.join(created) or '(all present)'}")
         states = asyncio.run(describe_topics(bootstrap(), [f"{args.prefix}{t.name}" for t in TOPICS]))
     except Exception as exc:
+        if isinstance(exc, RuntimeError) and "refused" in str(exc):  # the broker answered: say what it refused
+            raise UserError(f"Kafka at {bootstrap()}: {exc}", 1) from None
         raise UserError(f"cannot reach Kafka at {bootstrap()}: {exc}", 1) from None
     print(f"{'topic':<22}{'partitions':>11}  {'cleanup':<9} {'registry':<10} {'key'}")
     ok = True
@@ -148,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     topics = sub.add_parser("topics", help="create or list the registry's topics")
     topics.add_argument("action", choices=["create", "list"], nargs="?", default="list")
     topics.add_argument("--prefix", default="", help="topic name prefix (tests)")
+    topics.add_argument("--replication", type=int, default=None,
+                        help="replication factor of created topics (default $BORG_TOPIC_REPLICATION or 1)")
     topics.set_defaults(fn=cmd_topics)
 
     tail = sub.add_parser("tail", help="pretty-print a topic with headers and trace ids")

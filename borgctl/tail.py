@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer
 from borgctl.errors import UserError
 from contracts.headers import header, trace_id_of
 from contracts.topics import topic_spec
+from services.runtime.kafka_security import kafka_client_options
 
 
 def summarize(topic: str, value: bytes | None, jaeger: str) -> str:
@@ -70,7 +71,7 @@ async def tail(
     topics = [topic] if isinstance(topic, str) else topic
     consumer = AIOKafkaConsumer(
         *topics,
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=bootstrap, **kafka_client_options(),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest" if from_beginning else "latest",

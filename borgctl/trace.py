@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from borgctl.errors import UserError
+from contracts import telemetry as names
 
 DEFAULT_JAEGER = os.environ.get("JAEGER_QUERY_URL", "http://127.0.0.1:16686")
 
@@ -40,16 +41,24 @@ def _get(url: str) -> dict[str, Any]:
         ) from None
 
 
+LEGACY_DECISION_ID = "decision.id"
+"""The attribute's name before the project's attributes moved under ``borg.``: traces recorded by the
+previous release are still found (kept for one release)."""
+
+
 def find_trace_ids(base: str, decision_id: str, lookback: str = "24h") -> list[str]:
     services = _get(f"{base}/api/services").get("data") or []
     ids: list[str] = []
-    for service in services:
-        query = urllib.parse.urlencode(
-            {"service": service, "tags": json.dumps({"decision.id": decision_id}), "lookback": lookback, "limit": 20}
-        )
-        for trace in _get(f"{base}/api/traces?{query}").get("data") or []:
-            if trace["traceID"] not in ids:
-                ids.append(trace["traceID"])
+    for tag in (names.DECISION_ID, LEGACY_DECISION_ID):
+        for service in services:
+            query = urllib.parse.urlencode(
+                {"service": service, "tags": json.dumps({tag: decision_id}), "lookback": lookback, "limit": 20}
+            )
+            for trace in _get(f"{base}/api/traces?{query}").get("data") or []:
+                if trace["traceID"] not in ids:
+                    ids.append(trace["traceID"])
+        if ids:
+            break
     return ids
 
 
@@ -87,17 +96,17 @@ def build_tree(trace: dict[str, Any]) -> list[SpanNode]:
 
 
 INTERESTING = (
-    "node.name",
-    "regime.label",
-    "proposal.agent",
-    "proposal.kind",
-    "decision.id",
-    "decision.action",
-    "action.outcome",
-    "k8s.verb",
-    "k8s.object",
-    "k8s.status_code",
-    "messaging.destination.name",
+    names.NODE_NAME,
+    names.REGIME_LABEL,
+    names.PROPOSAL_AGENT,
+    names.PROPOSAL_KIND,
+    names.DECISION_ID,
+    names.DECISION_ACTION,
+    names.ACTION_OUTCOME,
+    names.K8S_VERB,
+    names.K8S_OBJECT,
+    names.K8S_STATUS_CODE,
+    names.MESSAGING_DESTINATION,
 )
 
 
@@ -134,7 +143,7 @@ def main(argv: list[str]) -> int:
     trace_ids = find_trace_ids(base, args.decision_id, args.lookback)
     if not trace_ids:
         raise UserError(
-            f"no trace in Jaeger carries decision.id={args.decision_id} (sampled out, or not yet exported?)", 1
+            f"no trace in Jaeger carries {names.DECISION_ID}={args.decision_id} (sampled out, or not yet exported?)", 1
         )
     for trace_id in trace_ids:
         data = _get(f"{base}/api/traces/{trace_id}").get("data") or []

@@ -389,3 +389,98 @@ class DeadLetterV2(Contract):
     error_kind: DeadLetterKind
     service: Name
     ts_ms: TimestampMs
+
+
+ForecastResource = Literal["cpu", "memory"]
+ForecastUnknownReason = Literal["insufficient_history", "inputs_missing", "model_failed"]
+"""Why a node has no forecast: ``insufficient_history`` — fewer closed 5-minute buckets than the stage
+needs (a new or restarted node); ``inputs_missing`` — the last bucket has no CPU or no memory sample;
+``model_failed`` — the model returned no finite number for this node."""
+
+
+class LoadQuantiles(Contract):
+    """One resource at one horizon: utilisation fractions (0..1, like NodeState.cpu_util), p90 >= p50."""
+
+    horizon_s: Annotated[int, Field(gt=0)]
+    resource: ForecastResource
+    p50: Probability
+    p90: Probability
+
+    @model_validator(mode="after")
+    def _p90_not_below_p50(self) -> LoadQuantiles:
+        if self.p90 < self.p50:
+            raise ValueError("p90 must not be below p50")
+        return self
+
+
+class LoadForecast(Contract):
+    """forecasts.v1: a node's CPU and memory utilisation 5/15/30 minutes after ``window_end_ms`` (p50, p90).
+
+    ``unknown`` records carry no quantiles and say why (``reason``); nothing acts on them.
+    """
+
+    node: Name
+    ts_ms: TimestampMs = Field(description="end of the feature window that closed the bucket")
+    window_end_ms: TimestampMs = Field(description="end of the last closed 5-minute bucket the forecast is made at")
+    status: Literal["ok", "unknown"]
+    reason: ForecastUnknownReason | None = None
+    history_buckets: NonNegInt = Field(description="closed buckets with a sample in the last 24 h + 5 min")
+    quantiles: Annotated[list[LoadQuantiles], Field(max_length=16)] = Field(default_factory=list)
+    model_version: Name
+    input_ts_ms: TimestampMs
+
+    @model_validator(mode="after")
+    def _quantiles_exactly_when_ok(self) -> LoadForecast:
+        if (self.status == "ok") != bool(self.quantiles):
+            raise ValueError("quantiles are listed exactly when status is 'ok'")
+        if (self.status == "unknown") != (self.reason is not None):
+            raise ValueError("reason is given exactly when status is 'unknown'")
+        return self
+
+    def p90(self, resource: ForecastResource, horizon_s: int) -> float | None:
+        """The p90 at that resource and horizon, None when the record has none."""
+        for q in self.quantiles:
+            if q.resource == resource and q.horizon_s == horizon_s:
+                return q.p90
+        return None
+
+
+class FeatureDrift(Contract):
+    """One model input's drift over the drift stage's window."""
+
+    feature: Name
+    psi: NonNegFloat = Field(description="PSI of the window's valid values against the reference bins")
+    missing_rate: Probability = Field(description="share of the window's rows where the input was missing")
+    reference_missing_rate: Probability
+
+
+class DriftReport(Contract):
+    """drift.v1: one model's live inputs and answers compared with the reference profile it shipped with.
+
+    ``status`` is ``insufficient_data`` (no claim) until the window holds ``min_samples`` rows;
+    then ``drift`` when the data score or the prediction PSI is over its threshold (``reasons``
+    says which), else ``no_drift``. PSI: sum (live - ref) ln(live / ref) over the reference's
+    quantile bins (docs/drift.md).
+    """
+
+    model: Name = Field(description="which model: regime, failure, ...")
+    model_version: Name = Field(description="the version whose reference profile was compared")
+    ts_ms: TimestampMs = Field(description="event time of the newest input in the window")
+    window_s: NonNegFloat = Field(description="event-time span the window covers")
+    samples: NonNegInt = Field(description="input rows in the window")
+    prediction_samples: NonNegInt = Field(description="model answers in the window")
+    status: Literal["drift", "no_drift", "insufficient_data"]
+    reasons: Annotated[list[Annotated[str, Field(max_length=500)]], Field(max_length=8)] = Field(default_factory=list)
+    data_score: NonNegFloat | None = Field(default=None, description="multivariate score: mean PSI over the inputs")
+    data_threshold: NonNegFloat
+    max_psi: NonNegFloat | None = None
+    features_over: NonNegInt = Field(default=0, description="inputs whose PSI exceeds feature_threshold")
+    feature_threshold: NonNegFloat
+    features: Annotated[list[FeatureDrift], Field(max_length=64)] = Field(
+        default_factory=list, description="the inputs with the highest PSI, highest first")
+    prediction_psi: NonNegFloat | None = Field(default=None, description="PSI of the answers' distribution")
+    prediction_threshold: NonNegFloat
+    predictions: dict[Annotated[str, Field(max_length=64)], Probability] = Field(
+        default_factory=dict, description="share of each answer in the window")
+    missing_rate: Probability | None = Field(default=None, description="mean share of missing inputs in the window")
+    reference_missing_rate: Probability | None = None

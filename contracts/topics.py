@@ -12,9 +12,11 @@ from contracts.models import (
     DeadLetter,
     DeadLetterV2,
     Decision,
+    DriftReport,
     FailureRisk,
     FailureRiskV2,
     FeatureVector,
+    LoadForecast,
     NodeState,
     Proposal,
     RegimeLabel,
@@ -64,9 +66,11 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(name="anomalies.v1", key="node", model=AnomalyScore, partitions=6, compacted=True),
     TopicSpec(name="risk.v1", key="task or node", model=FailureRisk, partitions=6, compacted=True),
     TopicSpec(name="risk.v2", key="task or node", model=FailureRiskV2, partitions=6, compacted=True),
+    TopicSpec(name="forecasts.v1", key="node", model=LoadForecast, partitions=6, compacted=True),
     TopicSpec(name="proposals.v1", key="target", model=Proposal, partitions=3),
     TopicSpec(name="decisions.v1", key="target", model=Decision, partitions=3),
     TopicSpec(name="actions.v1", key="target", model=ActionResult, partitions=3),
+    TopicSpec(name="drift.v1", key="model", model=DriftReport, partitions=1, retention_ms=7 * 24 * 3600 * 1000),
     TopicSpec(
         name="deadletter.v1", key="source topic", model=DeadLetter, partitions=1, retention_ms=7 * 24 * 3600 * 1000
     ),
@@ -80,6 +84,10 @@ DEADLETTER_TOPIC = "deadletter.v2"
 """Where every service writes dead letters; deadletter.v1 (unbounded copies) is read-only, kept for old letters."""
 REGIMES_TOPIC = "regimes.v2"
 """Where the regime stage writes; regimes.v1 (no ``unknown``) is read-only, kept for old labels."""
+FORECASTS_TOPIC = "forecasts.v1"
+"""Where the forecast stage writes each node's load forecast (docs/forecast.md)."""
+DRIFT_TOPIC = "drift.v1"
+"""Where the drift stage writes one DriftReport per model and report period (docs/drift.md)."""
 RISK_TOPIC = "risk.v2"
 """Where the risk stage writes; risk.v1 (no input-range flag) is read-only, kept for old records."""
 

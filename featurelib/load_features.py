@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import struct
 from collections.abc import Sequence
 from typing import Final
 
@@ -44,6 +45,9 @@ HOUR: Final = 12
 """Buckets in the last hour (std / min / max / valid fraction window, moving-average baseline)."""
 HISTORY: Final = DAY + 1
 """Closed buckets a history keeps: the deepest read is ``k - DAY`` (seasonal lag of the current bucket)."""
+_SNAPSHOT_VERSION: Final = 1
+_SNAPSHOT_HEAD: Final = struct.calcsize("<Bqqi")
+_SNAPSHOT_ITEM: Final = struct.calcsize("<qdd")
 
 
 def _resource_names(r: str) -> list[str]:
@@ -184,6 +188,37 @@ class LoadHistory:
         for old in [key for key in self._closed if key <= k - HISTORY]:
             del self._closed[old]
         return k
+
+    def valid_buckets(self) -> int:
+        """Closed buckets kept (the last ``HISTORY``) with a CPU or memory sample."""
+        return sum(1 for cpu, mem in self._closed.values() if cpu == cpu or mem == mem)
+
+    def snapshot(self) -> bytes:
+        """The closed buckets (not the open one) as bytes, for a changelog; ``from_snapshot`` reads it back.
+
+        The open bucket is left out on purpose: after a restart the stage re-reads its input from the
+        committed offset, so the open bucket is rebuilt from those samples instead of counting some twice."""
+        items = sorted(self._closed.items())
+        head = struct.pack("<Bqqi", _SNAPSHOT_VERSION, -1 if self.last_closed is None else self.last_closed,
+                           self.late, len(items))
+        return head + b"".join(struct.pack("<qdd", k, cpu, mem) for k, (cpu, mem) in items)
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> LoadHistory:
+        """A history holding a snapshot's closed buckets (raises ``ValueError`` on other bytes)."""
+        try:
+            version, last, late, n = struct.unpack_from("<Bqqi", data)
+            if version != _SNAPSHOT_VERSION or len(data) != _SNAPSHOT_HEAD + n * _SNAPSHOT_ITEM:
+                raise ValueError(f"not a version {_SNAPSHOT_VERSION} load-history snapshot of {n} buckets")
+            history = cls()
+            for i in range(n):
+                k, cpu, mem = struct.unpack_from("<qdd", data, _SNAPSHOT_HEAD + i * _SNAPSHOT_ITEM)
+                history._closed[k] = (cpu, mem)
+        except struct.error as exc:
+            raise ValueError(f"truncated load-history snapshot ({exc})") from None
+        history.last_closed = None if last < 0 else last
+        history.late = late
+        return history
 
     def features(self) -> list[float] | None:
         """The feature vector at the last closed bucket (None before any bucket closed)."""

@@ -80,6 +80,8 @@ def _shipped_models(quick: bool) -> list[Result]:
             options.intra_op_num_threads = 1
             session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             inp = session.get_inputs()[0]
+            if len(inp.shape) != 2 or "float" not in inp.type:
+                continue  # not a row model (the placement Q-table takes one integer state key per row)
             width = inp.shape[1] if isinstance(inp.shape[1], int) else N_FEATURES
             for rows in (1, 1000):
                 batch = np.random.default_rng(1).normal(size=(rows, width)).astype(np.float32)

@@ -61,6 +61,7 @@ import psutil
 from borgctl.errors import UserError
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from loadtests.procs import delete_topics
+from services.runtime.kafka_security import kafka_client_options
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_NODES = 5000
@@ -179,7 +180,7 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(*(prefix + t for t in ("features.v1", REGIMES_TOPIC, *SIDE_OUTPUTS)),
-                                bootstrap_servers=bootstrap,
+                                bootstrap_servers=bootstrap, **kafka_client_options(),
                                 group_id=None, auto_offset_reset="latest", enable_auto_commit=False,
                                 max_poll_records=5000)
     await consumer.start()
@@ -473,7 +474,8 @@ async def _drain(bootstrap: str, prefix: str, limit_s: float = 60.0) -> None:
 
     group = f"{prefix}borg-features"
     topic = prefix + "nodestate.v1"
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(6)]

@@ -20,6 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from loadtests.bench_format import ROOT, Result
 from loadtests.procs import delete_topics
+from services.runtime.kafka_security import kafka_client_options
 
 RECORD_BYTES = 700  # about one NodeState in JSON
 
@@ -112,19 +113,20 @@ async def _passthrough(bootstrap: str, quick: bool) -> list[Result]:
 async def _passthrough_in(bootstrap: str, quick: bool, namespace: str) -> list[Result]:
     count = 50_000 if quick else 200_000
     src, dst = f"{namespace}in", f"{namespace}out"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
     await admin.start()
     await admin.create_topics([NewTopic(src, 6, 1), NewTopic(dst, 6, 1)])
     await admin.close()
     payload = b"x" * RECORD_BYTES
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=262_144)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                linger_ms=5, max_batch_size=262_144)
     await producer.start()
     for i in range(count):
         await producer.send(src, key=f"node-{i % 5000}".encode(), value=payload)
     await producer.flush()
     consumer = AIOKafkaConsumer(
         src,
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=bootstrap, **kafka_client_options(),
         group_id=f"pt-{uuid.uuid4().hex}",
         auto_offset_reset="earliest",
         enable_auto_commit=False,

@@ -24,7 +24,9 @@ rate*. Everything runs on the local broker, one thing at a time, in a fresh topi
    service is started alone, one after the other, and drains those FeatureVectors in its own
    consumer group (``<prefix>borg-<svc>``). ``taskevents.v1`` stays empty, so risk exercises its
    node-feature path (decode, newest-vector table, changelog) and scores no tasks. Risk runs
-   only when ``models/failure`` loads (``bench_pipeline._models``).
+   only when ``models/failure`` loads (``bench_pipeline._models``). **forecast** (``models/forecast``)
+   drains the same FeatureVectors last: each goes into its node's 5-minute load history; with N / nodes
+   seconds of input few buckets close, so this times the per-vector path, not the (rare) model call.
 
 How a service's drain is timed (start-up — imports, model load, group join, changelog
 restore — is excluded): every ``POLL_S`` the bench reads the group's committed offsets on the
@@ -69,9 +71,10 @@ import orjson
 
 from loadtests.bench_pipeline import _models, _Service, _spawn, _stop
 from loadtests.procs import delete_topics
+from services.runtime.kafka_security import kafka_client_options
 
 BENCH = "stages"
-STAGES: tuple[str, ...] = ("features", "regime", "anomaly", "risk")
+STAGES: tuple[str, ...] = ("features", "regime", "anomaly", "risk", "forecast")
 NODES = 5000
 FULL_RECORDS = 500_000
 QUICK_RECORDS = 60_000
@@ -93,7 +96,8 @@ BATCH_MAX = 2000
 """Records per fetched batch, as the model stages fetch by default (``batch_stream.MODEL_BATCH_MAX``)."""
 COMMIT_INTERVAL_S = 1.0
 """As regime, anomaly and risk commit by default (features: every 5 s; a commit a second costs little)."""
-STAGE_INPUT = {"features": "nodestate.v1", "regime": "features.v1", "anomaly": "features.v1", "risk": "features.v1"}
+STAGE_INPUT = {"features": "nodestate.v1", "regime": "features.v1", "anomaly": "features.v1", "risk": "features.v1",
+               "forecast": "features.v1"}
 
 
 def _log(message: str) -> None:
@@ -149,7 +153,8 @@ async def prefill(bootstrap: str, prefix: str, nodes: int, seconds: int, seed: i
     started = time.monotonic()
     pool = build_pool(nodes, seed, "bst-", pool_ticks=max(1, min(48, seconds)))
     built = time.monotonic()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=524_288, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                linger_ms=5, max_batch_size=524_288, acks="all")
     await producer.start()
     topic = prefix + NODESTATE_TOPIC
     headers = build_headers(NODESTATE_TOPIC)
@@ -189,9 +194,11 @@ async def passthrough(bootstrap: str, prefix: str, expected: int, limit_s: float
 
     src = prefix + STAGE_INPUT["features"]
     dst = prefix + PASSTHROUGH_TOPIC
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id="bench-stages-passthrough",
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                client_id="bench-stages-passthrough",
                                 enable_idempotence=True, acks="all", linger_ms=5, max_batch_size=262_144)
-    consumer = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, group_id=f"{prefix}bench-passthrough",
+    consumer = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, **kafka_client_options(),
+                                group_id=f"{prefix}bench-passthrough",
                                 client_id="bench-stages-passthrough", enable_auto_commit=False,
                                 auto_offset_reset="earliest", isolation_level="read_committed",
                                 max_poll_records=BATCH_MAX, max_partition_fetch_bytes=8 * 1024 * 1024,
@@ -267,7 +274,7 @@ async def _watch(service: _Service, bootstrap: str, group: str, topic: str, expe
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
     await admin.start()
     samples: list[_Sample] = []
     ready_at: int | None = None
@@ -355,7 +362,8 @@ async def _input_records(bootstrap: str, topic: str) -> int:
 
     from contracts.topics import topic_spec
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                group_id=None, enable_auto_commit=False)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(topic_spec(topic).partitions)]

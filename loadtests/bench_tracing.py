@@ -22,6 +22,7 @@ from aiokafka.structs import TopicPartition
 
 from loadtests.bench_format import ROOT, Result
 from services.runtime.admin import create_topics
+from services.runtime.kafka_security import kafka_client_options
 
 START_MS = 1_764_000_000_000  # fixed, so both namespaces get byte-identical input
 JAEGER_OTLP = os.environ.get("BENCH_OTLP_ENDPOINT", "http://127.0.0.1:4317")
@@ -85,7 +86,7 @@ async def _drain_time(bootstrap: str, prefix: str, count: int, tracing: bool, ti
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = JAEGER_OTLP
     await create_topics(bootstrap, prefix=run_prefix)
     _fill(bootstrap, run_prefix, count, nodes=200)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
     await admin.start()
     started = time.monotonic()
     proc = subprocess.Popen(  # noqa: ASYNC220 - one child per run, before timing starts

@@ -45,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from services.runtime.kafka_security import kafka_client_options
 from services.runtime.partitioning import default_partition
 
 NODESTATE_TOPIC = "nodestate.v1"
@@ -237,7 +238,7 @@ async def generate_nodestate(bootstrap: str, topic_prefix: str, nodes: int, seco
     if len(pool) != nodes:
         raise ValueError(f"pool has {len(pool)} nodes, not {nodes}")
     config: dict[str, Any] = {"linger_ms": 5, "max_batch_size": 524_288, "acks": 1, **(producer_config or {})}
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **config)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **kafka_client_options(), **config)
     await producer.start()
     topic = topic_prefix + NODESTATE_TOPIC
     task_topic = topic_prefix + TASK_TOPIC
@@ -328,7 +329,8 @@ async def measure_generator(target: Callable[..., None], bootstrap: str, nodes: 
     prefix = f"lg-{uuid.uuid4().hex[:8]}-"
     await create_topics(bootstrap, prefix=prefix)
     topic = prefix + NODESTATE_TOPIC
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                group_id=None, enable_auto_commit=False)
     await consumer.start()
     ctx = mp.get_context("spawn")
     done = ctx.Value("q", 0)
@@ -374,7 +376,7 @@ async def measure_generator(target: Callable[..., None], bootstrap: str, nodes: 
 async def _delete_prefix(bootstrap: str, prefix: str) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
     await admin.start()
     try:
         names = [t for t in await admin.list_topics() if t.startswith(prefix)]

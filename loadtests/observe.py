@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from services.runtime.kafka_security import kafka_client_options
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ async def watching_consumer(bootstrap: str, topics: list[str]) -> AIOKafkaConsum
     """A started group-less consumer of ``topics`` from the beginning (for observers that only read)."""
     consumer = AIOKafkaConsumer(
         *topics,
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=bootstrap, **kafka_client_options(),
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -228,9 +229,11 @@ class LagSampler:
         self.errors = 0
 
     async def start(self) -> None:
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **kafka_client_options(),
+                                          request_timeout_ms=10_000)
         await self._admin.start()
-        self._offsets = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False)
+        self._offsets = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, **kafka_client_options(),
+                                         group_id=None, enable_auto_commit=False)
         await self._offsets.start()
 
     async def _discover(self) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from borgctl.paths import cache_dir, state_dir
 from loadtests.procs import ROOT, free_port
+from services.runtime.kafka_security import kafka_client_options
 
 KAFKA_SH = ROOT / "infra" / "kafka" / "kafka.sh"
 KUBE_SH = ROOT / "infra" / "kube" / "kube.sh"
@@ -89,7 +90,8 @@ class PrivateBroker:
         topic = f"chaos-probe-{uuid.uuid4().hex[:8]}"
         last = ""
         while time.monotonic() - started < timeout_s:
-            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, **kafka_client_options(),
+                                        request_timeout_ms=5000)
             try:
                 await producer.start()
                 await producer.send_and_wait(topic, b"probe")

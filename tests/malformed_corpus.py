@@ -33,13 +33,15 @@ from contracts.models import (
     FailureRiskV2,
     FeatureVector,
     HorizonRisk,
+    LoadForecast,
+    LoadQuantiles,
     NodeState,
     Proposal,
     RegimeLabelV2,
     TargetRef,
     TaskEvent,
 )
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC, topic_spec
+from contracts.topics import FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, topic_spec
 from featurelib.node_features import N_FEATURES, node_feature_schema_hash
 
 __all__ = [
@@ -129,6 +131,12 @@ def _failure_risk() -> FailureRiskV2:
                          input_ts_ms=CORPUS_TS_MS - 5)
 
 
+def _load_forecast() -> LoadForecast:
+    return LoadForecast(node="corpus-node", ts_ms=CORPUS_TS_MS, window_end_ms=CORPUS_TS_MS - CORPUS_TS_MS % 300_000,
+                        status="ok", history_buckets=20, model_version="corpus", input_ts_ms=CORPUS_TS_MS - 5,
+                        quantiles=[LoadQuantiles(horizon_s=300, resource="cpu", p50=0.2, p90=0.3)])
+
+
 def _proposal() -> Proposal:
     evidence = Evidence(topic=RISK_TOPIC, key="node:corpus-node", field="probability", value=0.05,
                         ts_ms=CORPUS_TS_MS)
@@ -145,6 +153,7 @@ SHAPES: Final[dict[str, Shape]] = {
     REGIMES_TOPIC: Shape(RegimeLabelV2, "node", "ts_ms", ("confidence",), _regime_label),
     "anomalies.v1": Shape(AnomalyScore, "node", "ts_ms", ("score",), _anomaly_score),
     RISK_TOPIC: Shape(FailureRiskV2, "target", "tasks", ("horizons", 0, "probability"), _failure_risk),
+    FORECASTS_TOPIC: Shape(LoadForecast, "node", "history_buckets", ("quantiles", 0, "p50"), _load_forecast),
     "proposals.v1": Shape(Proposal, "proposal_id", "ts_ms", ("score",), _proposal),
 }
 

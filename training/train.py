@@ -15,6 +15,7 @@ import orjson
 import polars as pl
 import xgboost as xgb
 
+from featurelib.drift_profile import build_profile, write_profile
 from featurelib.task_features import (
     FEATURE_SCHEMA_VERSION,
     TASK_FEATURE_NAMES,
@@ -156,6 +157,7 @@ def train_failure_models(cfg: TrainConfig, progress: Progress) -> Path:
     calibration: dict[str, Any] = {}
     parity: dict[str, float] = {}
     files: dict[str, str] = {}
+    test_probs: dict[str, np.ndarray] = {}
     meta = {"feature_schema_hash": task_feature_schema_hash(), "feature_names": ",".join(TASK_FEATURE_NAMES),
             "model_version": version, "input_name": "input"}
     for h in cfg.horizons_us:
@@ -184,6 +186,7 @@ def train_failure_models(cfg: TrainConfig, progress: Progress) -> Path:
                  f"on {len(check.onnx_probability):,} rows)")
         raw = onnx_probability(session(work / name), x[m_test])
         prob = fitted.calibration.apply(raw) if fitted.calibration is not None else raw
+        test_probs[key] = prob
         metrics[key], curves[key] = evaluate_horizon(y[m_test], prob, x[m_test], baselines[key], cfg.failure_types)
         raw_calibration[key] = calibration_summary(y[m_test], raw) if len(raw) else None
         _log_metrics(progress, key, metrics[key])
@@ -194,6 +197,12 @@ def train_failure_models(cfg: TrainConfig, progress: Progress) -> Path:
             cold_metrics[key], _ = evaluate_horizon(yc[kc], fitted.predict(xc), xc, baselines[key],
                                                     cfg.failure_types)
             _log_metrics(progress, key, cold_metrics[key], "cold-start test")
+    # the drift stage's reference (docs/drift.md): the held-out window's task features and published probabilities
+    write_profile(work, build_profile(
+        model="failure", model_version=version, x=x[test_mask], names=list(TASK_FEATURE_NAMES),
+        outputs={f"probability_{k}": v for k, v in test_probs.items()},
+        source="the held-out (test) window's prediction points: task features and calibrated probabilities per "
+               "horizon, written at training time"))
     write_json(work / BASELINES_FILE, {"horizons": baselines, "failure_types": list(cfg.failure_types),
                                        "feature_schema_hash": task_feature_schema_hash()})
     report = {"kind": "validation", "model_version": version, "window": "heldout",

@@ -50,6 +50,7 @@ from loadtests.arena_live.kube import (
     private_scheduler,
     scheduler_config,
 )
+from services.runtime.kafka_security import kafka_client_options
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES: Final = ("kube-default", "extender")
@@ -261,7 +262,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
     api = await config.new_client_from_config(config_file=str(ctx.kubeconfig))
     arena = ArenaKube(api, run_id=run_id, namespace=f"arena-{run_id}")
     procs: list[_Proc] = []
-    producer = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, **kafka_client_options(), linger_ms=5)
     ledger = Ledger(size.nodes)
     by_id = {live_task(a, size.time_scale).task_id: a for a in arrivals}
     submitted = 0

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC
 from services.agents import efficiency_policy
 from services.agents.settings import EfficiencySettings
 from services.agents.wiring import Agent, run_agent
 from services.runtime.health import HealthServer
 from services.runtime.service import run_service
 
-INPUT_TOPICS = (REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC, "clusterstate.v1", "taskevents.v1", "nodestate.v1")
+INPUT_TOPICS = (
+    REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC, "clusterstate.v1", "taskevents.v1", "nodestate.v1", FORECASTS_TOPIC
+)
 
 
 async def body(settings: EfficiencySettings, stop: asyncio.Event, health: HealthServer) -> None:

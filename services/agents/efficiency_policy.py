@@ -15,7 +15,12 @@ risk (risk.v2) is ignored as if absent: it neither blocks calm nor is cited.
   running its tasks is calm and idle. Score = 1 - mean CPU utilisation of those nodes.
 - ``consolidate`` a Node (cordon it so it drains as pods are replaced) when it is
   calm, below ``consolidate_cpu_util``, runs at most ``consolidate_max_tasks`` tasks
-  and the cluster keeps at least ``min_ready_nodes`` other ready nodes.
+  and the cluster keeps at least ``min_ready_nodes`` other ready nodes — and, when the
+  node has a *usable* load forecast (forecasts.v1: fresh, status ``ok``, covering every
+  horizon up to ``forecast_horizon_s``), only when its p90 stays below ``forecast_cpu_p90``
+  (CPU) and ``forecast_mem_p90`` (memory) at every horizon up to ``forecast_horizon_s``
+  (30 min): a node about to get busy is not drained. A node without a usable forecast
+  (none yet, stale, ``unknown``, or too short) is judged as before the forecaster existed.
 - ``memory_balloon`` a Pod on a calm node with low memory utilisation: shrink its
   memory request to ``balloon_factor`` of the current one (never below
   ``balloon_min_mib``). Payload carries the absolute target, so a replay is idempotent.
@@ -90,6 +95,30 @@ def idle(view: ClusterView, s: EfficiencySettings, node: str, now_ms: int) -> tu
     return ns.cpu_util, [(state, "cpu_util", ns.cpu_util), (state, "mem_util", ns.mem_util)]
 
 
+def forecast_outlook(view: ClusterView, s: EfficiencySettings, node: str,
+                     now_ms: int) -> tuple[bool, list[Cited]] | None:
+    """(stays low, evidence) from the node's load forecast; None when it has no usable one.
+
+    Usable: fresh, status ``ok`` and with a p90 for CPU and memory at every horizon it lists up to
+    ``forecast_horizon_s``, the longest of which reaches it. Low: every one of those p90s is below
+    ``forecast_cpu_p90`` / ``forecast_mem_p90``. The evidence is the worst p90 of each resource."""
+    seen = view.forecasts.get(node)
+    if seen is None or not fresh(seen, now_ms, s.max_input_age_s) or seen.value.status != "ok":
+        return None
+    horizons = sorted({q.horizon_s for q in seen.value.quantiles if q.horizon_s <= s.forecast_horizon_s})
+    if not horizons or horizons[-1] != s.forecast_horizon_s:
+        return None
+    worst: dict[str, float] = {}
+    for resource in ("cpu", "memory"):
+        values = [seen.value.p90(resource, h) for h in horizons]
+        if any(v is None for v in values):
+            return None
+        worst[resource] = max(v for v in values if v is not None)
+    low = worst["cpu"] < s.forecast_cpu_p90 and worst["memory"] < s.forecast_mem_p90
+    horizon = s.forecast_horizon_s
+    return low, [(seen, f"cpu_p90_max_{horizon}s", worst["cpu"]), (seen, f"memory_p90_max_{horizon}s", worst["memory"])]
+
+
 def _queue_quiet(view: ClusterView, namespace: str | None, now_ms: int, s: EfficiencySettings) -> list[Cited] | None:
     queue = view.queue(namespace)
     if queue is None or not fresh(queue, now_ms, s.max_input_age_s):
@@ -148,11 +177,15 @@ def _consolidate(view: ClusterView, s: EfficiencySettings, node: str, now_ms: in
     # The node itself is among the ready ones: the rest must still be enough.
     if cluster.value.nodes_ready - 1 < s.min_ready_nodes or cluster.value.queue_health != "healthy":
         return []
+    outlook = forecast_outlook(view, s, node, now_ms)
+    if outlook is not None and not outlook[0]:
+        return []
     cited: list[Cited] = [
         *node_calm,
         *node_idle[1],
         (cluster, "nodes_ready", cluster.value.nodes_ready),
         (cluster, "queue_health", cluster.value.queue_health),
+        *(outlook[1] if outlook is not None else []),
     ]
     return [
         propose(

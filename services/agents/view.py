@@ -19,6 +19,7 @@ from contracts.models import (
     ClusterState,
     DeploymentState,
     FailureRiskV2,
+    LoadForecast,
     NodeState,
     RegimeLabelV2,
     TaskEvent,
@@ -84,6 +85,8 @@ class ClusterView:
         self.node_risk: dict[str, Seen[FailureRiskV2]] = {}
         self.task_risk: dict[str, Seen[FailureRiskV2]] = {}
         self.nodestate: dict[str, Seen[NodeState]] = {}
+        # the latest load forecast per node (forecasts.v1), ``unknown`` included: it replaces an older answer
+        self.forecasts: dict[str, Seen[LoadForecast]] = {}
         self.clusters: dict[str | None, Seen[ClusterState]] = {}  # by namespace, None = cluster-wide
         self.deployments: dict[DeploymentKey, Seen[DeploymentState]] = {}
         self.tasks: OrderedDict[str, TaskInfo] = OrderedDict()
@@ -123,6 +126,9 @@ class ClusterView:
             return self._node_scope(value.node)
         if isinstance(value, NodeState):
             self.nodestate[value.node] = Seen(value, topic, key, value.ts_ms, value.ts_ms, span)
+            return self._node_scope(value.node)
+        if isinstance(value, LoadForecast):
+            self.forecasts[value.node] = Seen(value, topic, key, value.ts_ms, value.input_ts_ms, span)
             return self._node_scope(value.node)
         if isinstance(value, FailureRiskV2):
             seen = Seen(value, topic, key, value.ts_ms, value.input_ts_ms, span)

@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 
 from contracts.topics import TOPICS
 from services.dashboard.state import DashboardState
+from services.runtime.kafka_security import kafka_client_options
 from services.runtime.topic_reader import TopicsMissingError, topic_partitions
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,11 @@ class PipelineMonitor:
 
     async def _run_once(self, stop: asyncio.Event) -> None:
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap, client_id=self.client_id, request_timeout_ms=10_000
+            bootstrap_servers=self.bootstrap, **kafka_client_options(),
+            client_id=self.client_id, request_timeout_ms=10_000
         )
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, client_id=self.client_id,
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, **kafka_client_options(),
+                                    group_id=None, client_id=self.client_id,
                                     enable_auto_commit=False)
         try:
             await admin.start()

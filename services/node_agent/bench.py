@@ -28,6 +28,8 @@ from typing import Any
 
 import psutil
 
+from services.runtime.kafka_security import kafka_client_options
+
 BENCH = "agent"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -201,7 +203,7 @@ async def _topics(bootstrap: str, prefix: str) -> None:
 async def _drop_topics(bootstrap: str, prefix: str) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
     await admin.start()
     try:
         names = [t for t in await admin.list_topics() if t.startswith(prefix)]

@@ -176,7 +176,13 @@ class KubeActuator:
             log.warning("API discovery failed (%s): keeping the previous capabilities", exc)
             self._capabilities_at = now - self.s.capabilities_refresh_s + 10.0  # try again in 10 s
             return self._capabilities
-        found = Capabilities.from_discovery(doc for doc in documents if isinstance(doc, dict))
+        docs = [doc for doc in documents if isinstance(doc, dict)]
+        if not any(doc.get("groupVersion") == "v1" and doc.get("kind") == "APIResourceList" for doc in docs):
+            # not discovery (an API server always serves the core group): no basis to refuse anything
+            log.warning("API discovery answered no core APIResourceList: capabilities unknown")
+            self._capabilities_at = now
+            return self._capabilities
+        found = Capabilities.from_discovery(docs)
         if found != self._capabilities:
             lacking = sorted({need for needs in REQUIRES.values() for need in needs} - found.served)
             log.info("API discovery: %s", f"not served: {', '.join(lacking)}" if lacking else "every action supported")

@@ -32,6 +32,7 @@ from contracts.models import ActionResult, Decision, Proposal, TargetRef
 from services.referee.loop import Referee
 from services.referee.settings import RefereeSettings
 from services.runtime.admin import create_topics
+from services.runtime.kafka_security import kafka_client_options
 from services.runtime.producer import Producer
 from services.runtime.stream_io import Sink
 
@@ -109,7 +110,7 @@ async def _case(
     consumer = AIOKafkaConsumer(
         f"{prefix}decisions.v1",
         f"{prefix}actions.v1",
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=bootstrap, **kafka_client_options(),
         group_id=None,
         auto_offset_reset="earliest",
     )

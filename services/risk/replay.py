@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from contracts import ContractError, TaskEvent, decode
 from services.risk.state import RiskState, event_time_us
 from services.runtime.admin import describe_topics
+from services.runtime.kafka_security import kafka_client_options
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,8 @@ async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int,
     described = await describe_topics(bootstrap, [topic])
     if topic not in described:
         return {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
         out: dict[int, int] = {}
@@ -44,7 +46,8 @@ async def rebuild_history(bootstrap: str, group: str, topic: str, state: RiskSta
     if not targets:
         log.info("no committed offsets for %s on %s: nothing to rebuild", group, topic)
         return 0
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     events: list[tuple[int, int, int, TaskEvent]] = []

@@ -11,6 +11,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 from contracts.topics import TOPICS, TopicSpec
+from services.runtime.kafka_security import kafka_client_options
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class TopicState:
 async def connect_admin(bootstrap: str, timeout_s: float = 30.0) -> AIOKafkaAdminClient:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options(), request_timeout_ms=10_000)
         try:
             await admin.start()
             return admin
@@ -34,8 +35,9 @@ async def connect_admin(bootstrap: str, timeout_s: float = 30.0) -> AIOKafkaAdmi
             await asyncio.sleep(0.5)
 
 
-async def create_topics(bootstrap: str, prefix: str = "", specs: tuple[TopicSpec, ...] = TOPICS) -> list[str]:
-    """Create missing topics from the registry; returns the names created."""
+async def create_topics(bootstrap: str, prefix: str = "", specs: tuple[TopicSpec, ...] = TOPICS,
+                        replication: int = 1) -> list[str]:
+    """Create missing topics from the registry (``replication`` copies each); returns the names created."""
     admin = await connect_admin(bootstrap)
     try:
         existing = set(await admin.list_topics())
@@ -43,7 +45,7 @@ async def create_topics(bootstrap: str, prefix: str = "", specs: tuple[TopicSpec
             NewTopic(
                 name=f"{prefix}{s.name}",
                 num_partitions=s.partitions,
-                replication_factor=1,
+                replication_factor=replication,
                 topic_configs=s.config(),
             )
             for s in specs
@@ -51,9 +53,17 @@ async def create_topics(bootstrap: str, prefix: str = "", specs: tuple[TopicSpec
         ]
         if wanted:
             try:
-                await admin.create_topics(wanted)
+                response = await admin.create_topics(wanted)
             except TopicAlreadyExistsError:
-                pass
+                response = None
+            # the broker answers per topic; aiokafka does not raise for those errors (e.g. a replication
+            # factor above the broker count): report them instead of claiming the topics exist
+            refused = [(name, code, message) for name, code, message, *_ in getattr(response, "topic_errors", ())
+                       if code not in (0, TopicAlreadyExistsError.errno)]
+            if refused:
+                name, code, message = refused[0]
+                raise RuntimeError(f"the broker refused {len(refused)} of {len(wanted)} topics, e.g. {name}: "
+                                   f"error {code} {message or ''} (replication {replication})".rstrip())
         return [t.name for t in wanted]
     finally:
         await admin.close()

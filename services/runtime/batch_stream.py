@@ -47,6 +47,7 @@ from contracts.topics import DEADLETTER_TOPIC
 from services.runtime.admin import check_partitions, connect_admin
 from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.health import HealthServer
+from services.runtime.kafka_security import kafka_client_options
 from services.runtime.lag import lag_reporter
 from services.runtime.latency import STAGE_LATENCY
 from services.runtime.metrics import COMMIT_SECONDS, CONSUMER_LAG, MESSAGES_IN
@@ -239,7 +240,7 @@ class BatchStream:
             linger = {"fetch_min_bytes": self.batch_max * LINGER_BYTES_PER_RECORD,
                       "fetch_max_wait_ms": max(1, round(self.linger_s * 1000))}
         return AIOKafkaConsumer(
-            bootstrap_servers=settings.kafka_bootstrap,
+            bootstrap_servers=settings.kafka_bootstrap, **kafka_client_options(),
             group_id=self.group,
             client_id=f"{self.service}-{self.group}",
             enable_auto_commit=False,

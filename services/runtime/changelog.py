@@ -19,6 +19,7 @@ from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from services.runtime.admin import connect_admin
+from services.runtime.kafka_security import kafka_client_options
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,8 @@ async def read_changelog(bootstrap: str, topic: str, partitions: Iterable[int]) 
     if not tps:
         return state
     started = time.monotonic()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest", isolation_level="read_committed",
                                 max_poll_records=10_000, fetch_max_bytes=64 * 1024 * 1024)
     await consumer.start()
@@ -114,6 +116,6 @@ async def read_changelog(bootstrap: str, topic: str, partitions: Iterable[int]) 
                     remaining.discard(tp)
     finally:
         await consumer.stop()
-    log.info("restored %d keys from %d changelog records of %s %s in %.1fs", sum(map(len, state.values())),
+    log.info("restored %d keys from %d changelog records of %s %s in %.3fs", sum(map(len, state.values())),
              records, topic, sorted(state), time.monotonic() - started)
     return state

@@ -13,6 +13,7 @@ from contracts import encode
 from contracts.base import Contract
 from contracts.headers import Headers, build_headers
 from contracts.topics import topic_spec
+from services.runtime.kafka_security import kafka_client_options
 from services.runtime.metrics import MESSAGES_OUT
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class Producer:
     ) -> None:
         self.topic_prefix = topic_prefix
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
+            bootstrap_servers=bootstrap, **kafka_client_options(),
             client_id=client_id,
             enable_idempotence=idempotent,
             acks="all",

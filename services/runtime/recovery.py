@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaError
 
 from contracts import ContractError, DeadLetterV2, decode
 from services.runtime.admin import connect_admin
+from services.runtime.kafka_security import kafka_client_options
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,8 @@ async def read_back_dead_letters(
     is logged and yields nothing (a duplicate dead letter is better than not starting).
     """
     found: set[DeadKey] = set()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
+                                group_id=None, enable_auto_commit=False,
                                 isolation_level="read_committed")
     try:
         await consumer.start()

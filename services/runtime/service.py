@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from services.runtime.health import HealthServer
+from services.runtime.kafka_security import KafkaAccessError, check_access
 from services.runtime.logs import setup_logging
 from services.runtime.settings import RuntimeSettings, load_settings
 from services.runtime.telemetry import setup_tracing, shutdown_tracing
@@ -28,6 +29,7 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 async def _supervise(name: str, settings: S, body: ServiceBody[S]) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
+    await check_access(settings.kafka_bootstrap)
     health = HealthServer(settings.health_host, settings.health_port)
     await health.start()
     task: asyncio.Task[None] = asyncio.create_task(body(settings, stop, health), name=name)
@@ -57,6 +59,10 @@ def run_service(name: str, settings_cls: type[S], body: ServiceBody[S]) -> int:
                   protocol=settings.otel_exporter_otlp_protocol, insecure=settings.otel_exporter_otlp_insecure)
     try:
         asyncio.run(_supervise(name, settings, body))
+    except KafkaAccessError as exc:
+        # Bad credentials or trust: one line naming what to fix, not a traceback or a retry loop.
+        print(f"{name}: Kafka access refused: {exc}", file=sys.stderr)
+        return 2
     finally:
         shutdown_tracing()
     log.info("stopped")

@@ -8,11 +8,14 @@ from typing import Literal, TypeVar
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-S = TypeVar("S", bound="RuntimeSettings")
+from services.runtime.kafka_security import KafkaSecurity
+
+S = TypeVar("S", bound=BaseSettings)
 
 
-class RuntimeSettings(BaseSettings):
-    """Settings common to every service; a service subclasses this with its own env prefix."""
+class RuntimeSettings(KafkaSecurity):
+    """Settings common to every service (Kafka client security included); a service subclasses this with its
+    own env prefix."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="", case_sensitive=False)
 
@@ -53,6 +56,11 @@ class RuntimeSettings(BaseSettings):
     )
     shutdown_grace_s: float = Field(default=10.0, gt=0, le=300, validation_alias="SHUTDOWN_GRACE_S")
     error_policy: Literal["deadletter", "crash"] = Field(default="deadletter", validation_alias="ERROR_POLICY")
+    topic_replication: int = Field(
+        default=1, ge=1, le=5, validation_alias="BORG_TOPIC_REPLICATION",
+        description="Replication factor of the registry topics `borgctl topics create` and topic-init make "
+                    "(their partition counts are the registry's: state assumes them)",
+    )
     health_stall_after_s: float = Field(
         default=120.0,
         gt=0,
@@ -76,6 +84,10 @@ def load_settings(cls: type[S]) -> S:
         lines = []
         prefix = str(cls.model_config.get("env_prefix") or "")
         for err in exc.errors():
+            if not err["loc"]:
+                # A check across variables names them in its message; its input is every value, secrets included.
+                lines.append(err["msg"].removeprefix("Value error, "))
+                continue
             name = ".".join(str(p) for p in err["loc"])
             field = cls.model_fields.get(name)
             # Report the environment variable the operator sets, not the Python field name.

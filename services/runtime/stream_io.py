@@ -19,12 +19,16 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.producer.message_accumulator import BatchBuilder
 from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from contracts import ContractError, decode, encode
+from contracts import telemetry as names
 from contracts.base import Contract
 from contracts.headers import Headers, build_headers
 from contracts.topics import DEADLETTER_TOPIC, topic_spec
 from services.runtime.deadletter import dead_letter
+from services.runtime.kafka_security import kafka_client_options
 from services.runtime.metrics import DEADLETTERS, MESSAGES_OUT
 from services.runtime.partitioning import default_partition
 
@@ -37,14 +41,21 @@ DIRECT_ABOVE = 65_536
 """Values larger than this (bytes) bypass the open batches (dead letters of big inputs)."""
 
 
+_tracer = trace.get_tracer("borg.runtime")
+
+
 class Sink:
     """One producer for everything a stream processor writes; ``flush`` before acking a batch."""
 
-    def __init__(self, *, bootstrap: str, service: str, topic_prefix: str, linger_ms: int = 5) -> None:
+    def __init__(self, *, bootstrap: str, service: str, topic_prefix: str, linger_ms: int = 5,
+                 producer_spans: bool = False) -> None:
         self.service = service
+        # a PRODUCER span per ``send`` (messaging conventions): for the low-rate outputs of the agents
+        # and the referee; the stream stages' per-record outputs carry their stage span's context
+        self.producer_spans = producer_spans
         self.prefix = topic_prefix
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
+            bootstrap_servers=bootstrap, **kafka_client_options(),
             client_id=f"{service}-sink",
             enable_idempotence=True,
             acks="all",
@@ -108,7 +119,17 @@ class Sink:
         ``DIRECT_ABOVE`` bytes goes through ``send`` itself, after what is open, so the
         producer's own size checks apply to it alone.
         """
-        await self.send_encoded(base_topic, key, encode(value), ctx)
+        if not self.producer_spans:
+            await self.send_encoded(base_topic, key, encode(value), ctx)
+            return
+        topic = self.topic(base_topic)
+        with _tracer.start_as_current_span(
+            names.SPAN_PUBLISH.format(topic=base_topic), context=ctx, kind=SpanKind.PRODUCER,
+            attributes={names.MESSAGING_SYSTEM: "kafka", names.MESSAGING_OPERATION: "send",
+                        names.MESSAGING_OPERATION_NAME: "send", names.MESSAGING_DESTINATION: topic},
+        ) as span:
+            # the consumer's span continues from this one
+            await self.send_encoded(base_topic, key, encode(value), trace.set_span_in_context(span))
 
     async def send_encoded(self, base_topic: str, key: str, value_bytes: bytes,
                            ctx: otel_context.Context | None) -> None:

@@ -29,6 +29,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import ConsumerStoppedError, KafkaError
 
+from services.runtime.kafka_security import kafka_client_options
+
 log = logging.getLogger(__name__)
 LOG_EVERY = 1000
 IDLE_POLLS_CAUGHT_UP = 5
@@ -129,7 +131,8 @@ class TopicReader:
 
     async def _partitions(self) -> list[TopicPartition]:
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap, client_id=self.client_id, request_timeout_ms=10_000
+            bootstrap_servers=self.bootstrap, **kafka_client_options(),
+            client_id=self.client_id, request_timeout_ms=10_000
         )
         try:
             await admin.start()
@@ -140,7 +143,7 @@ class TopicReader:
     async def _run_once(self, stop: asyncio.Event) -> None:
         partitions = await self._partitions()
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+            bootstrap_servers=self.bootstrap, **kafka_client_options(),
             group_id=None,
             client_id=self.client_id,
             enable_auto_commit=False,

@@ -96,7 +96,7 @@ class StreamWorker:
         self.stats = WorkerStats()
         settings = StreamSettings(KAFKA_BOOTSTRAP=bootstrap, BORG_TOPIC_PREFIX=topic_prefix,  # type: ignore[call-arg]
                                   ERROR_POLICY=error_policy)
-        self.sink = Sink(bootstrap=bootstrap, service=service, topic_prefix=topic_prefix)
+        self.sink = Sink(bootstrap=bootstrap, service=service, topic_prefix=topic_prefix, producer_spans=True)
         self.stream = BatchStream(service=service, settings=settings, sink=self.sink, topics=list(input_topics),
                                   handle=self._handle_batch, batch_max=max_records,
                                   commit_interval_s=commit_interval_s, group=group_id)

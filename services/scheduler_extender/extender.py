@@ -29,6 +29,17 @@ _KNOWN = NodeCard._fields.index("known")
 ClassSource = Literal["label", "annotation", "default", "invalid"]
 
 
+def _controller(refs: Any) -> str | None:
+    """``<kind>/<name>`` of the pod's controlling owner (None when there is none or it is malformed)."""
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("controller") and isinstance(ref.get("kind"), str) \
+                and isinstance(ref.get("name"), str):
+            return f"{ref['kind']}/{ref['name']}"
+    return None
+
+
 class BadRequestError(ValueError):
     """The request body is not a usable ExtenderArgs."""
 
@@ -41,6 +52,7 @@ class PodRef:
     workload_class: str
     class_source: ClassSource
     class_value: str | None = None  # the label/annotation value as found (also when invalid)
+    owner: str | None = None  # the controller's "<kind>/<name>" (ownerReferences), e.g. "ReplicaSet/web-5d8f7c9b4"
 
     @property
     def key(self) -> str:
@@ -173,6 +185,7 @@ class Extender:
             workload_class=cls,
             class_source=source,
             class_value=value,
+            owner=_controller(meta.get("ownerReferences")),
         )
         return ParsedArgs(ref, names, node_list)
 

@@ -33,6 +33,11 @@ def scoring_config(s: ExtenderSettings) -> ScoringConfig:
         weight_risk=s.weight_risk,
         weight_anomaly=s.weight_anomaly,
         unknown_penalty=s.unknown_penalty,
+        weight_forecast=s.weight_forecast,
+        forecast_horizon_s=s.forecast_horizon_s,
+        forecast_busy=s.forecast_busy,
+        forecast_saturated=s.forecast_saturated,
+        forecast_staleness_ms=int(s.forecast_staleness_s * 1000),
     )
 
 

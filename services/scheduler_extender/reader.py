@@ -1,4 +1,5 @@
-"""Reads regimes.v2 / anomalies.v1 / risk.v2 from the beginning into the node state store.
+"""Reads regimes.v2 / anomalies.v1 / risk.v2 / forecasts.v1 from the beginning into the node state store,
+and actions.v1 for the decisions later placements link to.
 
 Runs on the shared `TopicReader` (services/runtime/topic_reader.py): no consumer group, every
 partition read from the beginning on every start (compaction keeps the latest value per key),
@@ -21,9 +22,10 @@ from aiokafka import ConsumerRecord
 from prometheus_client import Counter
 
 from contracts import ContractError, decode
+from contracts.models import ActionResult
 from contracts.topics import topic_spec
 from services.runtime.topic_reader import Outcome, ReaderStats, TopicReader, TopicsMissingError
-from services.scheduler_extender.state import STATE_TOPICS, NodeStateStore
+from services.scheduler_extender.state import ACTIONS_TOPIC, STATE_TOPICS, NodeStateStore
 
 STATE_MESSAGES = Counter("borg_extender_state_messages_total", "State records read", ["topic", "outcome"])
 
@@ -44,7 +46,7 @@ class StateReader:
         self.store = store
         self._reader = TopicReader(
             bootstrap=bootstrap,
-            topics=list(STATE_TOPICS),
+            topics=[*STATE_TOPICS, ACTIONS_TOPIC],
             apply=self._apply,
             topic_prefix=topic_prefix,
             client_id=client_id,
@@ -70,6 +72,10 @@ class StateReader:
             STATE_MESSAGES.labels(base, "bad").inc()
             return "bad"
         traceparent = next((v for k, v in record.headers or () if k == "traceparent"), None)
+        if isinstance(value, ActionResult):  # a decision carried out: later placements link it
+            kept = self.store.note_action(value, traceparent)
+            STATE_MESSAGES.labels(base, "applied" if kept else "ignored").inc()
+            return "applied" if kept else "ignored"
         if self.store.apply(value, now_ms, traceparent) is not None:
             STATE_MESSAGES.labels(base, "applied").inc()
             return "applied"

@@ -17,6 +17,14 @@ No I/O and no clock: the caller passes ``now_ms``. Rules (see docs/scheduler_ext
 - Score: penalties in [0, 1] — slowdown ``(s - 1) / (max_slowdown - 1)``, risk ``p / risk_threshold``,
   anomaly ``a / anomaly_threshold``, each capped at 1 — are averaged with the weights;
   ``score = round_half_up(10 * (1 - penalty))``.
+- Forecast term (forecasts.v1, issue 24): a node forecast to saturate within the pod's first
+  ``forecast_horizon_s`` (15 min) scores lower. ``peak`` = the highest p90 (CPU or memory) at the record's
+  horizons up to ``forecast_horizon_s``; ``p_forecast = clip((peak - forecast_busy) / (forecast_saturated -
+  forecast_busy), 0, 1)`` and ``penalty = min(1, penalty + weight_forecast * p_forecast)`` — added after the
+  weighted mean, so a node without a usable forecast (missing, older than ``forecast_staleness_ms``, or
+  ``unknown``: status ``abstained``) and a node forecast below ``forecast_busy`` score exactly as without the
+  forecaster. It never filters a node (a forecast is not a fact). Forecasts arrive once per node and 5 minutes,
+  hence their own staleness bound.
 """
 
 from __future__ import annotations
@@ -24,7 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from contracts.models import UNKNOWN_REGIME, WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, RegimeLabelV2
+from contracts.models import (
+    UNKNOWN_REGIME,
+    WORKLOAD_CLASSES,
+    AnomalyScore,
+    FailureRiskV2,
+    LoadForecast,
+    RegimeLabelV2,
+)
 
 MIN_SCORE = 0
 MAX_SCORE = 10
@@ -47,10 +62,19 @@ class ScoringConfig:
     weight_risk: float = 0.25
     weight_anomaly: float = 0.15
     unknown_penalty: float = 0.5
+    weight_forecast: float = 0.3
+    forecast_horizon_s: int = 900
+    forecast_busy: float = 0.8
+    forecast_saturated: float = 0.95
+    forecast_staleness_ms: int = 600_000
 
     def __post_init__(self) -> None:
         if self.max_slowdown <= 1.0:
             raise ValueError("max_slowdown must be > 1")
+        if not 0.0 <= self.forecast_busy < self.forecast_saturated <= 1.0:
+            raise ValueError("need 0 <= forecast_busy < forecast_saturated <= 1")
+        if self.weight_forecast < 0:
+            raise ValueError("weight_forecast must be >= 0")
         if self.weight_slowdown + self.weight_risk + self.weight_anomaly <= 0:
             raise ValueError("at least one weight must be positive")
 
@@ -91,12 +115,30 @@ class RiskIn(NamedTuple):
         return cls(risk.ts_ms, *risk_probability(risk, horizon_s), risk.in_range)
 
 
+class ForecastIn(NamedTuple):
+    """The highest p90 load (CPU or memory) forecast for the node up to the configured horizon."""
+
+    ts_ms: int
+    peak: float
+    horizon_s: int  # the horizon of the peak
+    usable: bool = True  # False: status ``unknown`` or no horizon up to the configured one
+
+    @classmethod
+    def of(cls, forecast: LoadForecast, horizon_s: int) -> ForecastIn:
+        within = [q for q in forecast.quantiles if q.horizon_s <= horizon_s]
+        if forecast.status != "ok" or not within:
+            return cls(forecast.ts_ms, 0.0, 0, False)
+        top = max(within, key=lambda q: (q.p90, -q.horizon_s))
+        return cls(forecast.ts_ms, top.p90, top.horizon_s)
+
+
 class NodeInputs(NamedTuple):
     """The latest input of each kind for one node (None: never seen)."""
 
     regime: RegimeIn | None = None
     anomaly: AnomalyIn | None = None
     risk: RiskIn | None = None
+    forecast: ForecastIn | None = None
 
     @classmethod
     def of(
@@ -106,11 +148,14 @@ class NodeInputs(NamedTuple):
         risk: FailureRiskV2 | None = None,
         *,
         horizon_s: int | None = None,
+        forecast: LoadForecast | None = None,
+        forecast_horizon_s: int = 900,
     ) -> NodeInputs:
         return cls(
             RegimeIn.of(regime) if regime is not None else None,
             AnomalyIn.of(anomaly) if anomaly is not None else None,
             RiskIn.of(risk, horizon_s) if risk is not None else None,
+            ForecastIn.of(forecast, forecast_horizon_s) if forecast is not None else None,
         )
 
 
@@ -137,6 +182,11 @@ class NodeCard(NamedTuple):
     summaries: tuple[str, ...]  # one line per class for spans
     expires_ms: int  # when a fresh input turns stale and the card must be recomputed
     abstain: tuple[str, ...] = ()  # the regime's abstain reasons (regime ``unknown``)
+    forecast: float | None = None  # peak p90 load up to the forecast horizon
+    forecast_horizon_s: int | None = None
+    forecast_status: InputStatus = "missing"  # ``abstained``: an ``unknown`` forecast
+    forecast_age_ms: int | None = None
+    forecast_penalty: float = 0.0  # weighted, added to every class's penalty
 
     def explain(self, class_index: int) -> dict[str, object]:
         return {
@@ -157,6 +207,13 @@ class NodeCard(NamedTuple):
                 "horizon_s": self.risk_horizon_s,
                 "status": self.risk_status,
                 "age_ms": self.risk_age_ms,
+            },
+            "forecast": {
+                "peak_p90": self.forecast,
+                "horizon_s": self.forecast_horizon_s,
+                "status": self.forecast_status,
+                "age_ms": self.forecast_age_ms,
+                "penalty": round(self.forecast_penalty, 4),
             },
         }
 
@@ -196,15 +253,24 @@ def round_half_up(x: float) -> int:
 
 def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
     """Verdict and score of one node for every workload class."""
-    regime, anomaly, risk = inputs
+    regime, anomaly, risk, forecast = inputs
     r_status, r_age = _status(regime.ts_ms if regime else None, now_ms, cfg.staleness_ms)
     a_status, a_age = _status(anomaly.ts_ms if anomaly else None, now_ms, cfg.staleness_ms)
     k_status, k_age = _status(risk.ts_ms if risk else None, now_ms, cfg.staleness_ms)
+    f_status, f_age = _status(forecast.ts_ms if forecast else None, now_ms, cfg.forecast_staleness_ms)
 
     expires = NEVER_MS
     for item, status in ((regime, r_status), (anomaly, a_status), (risk, k_status)):
         if item is not None and status == "fresh":
             expires = min(expires, item.ts_ms + cfg.staleness_ms + 1)
+    if forecast is not None and f_status == "fresh":
+        expires = min(expires, forecast.ts_ms + cfg.forecast_staleness_ms + 1)
+    if f_status == "fresh" and forecast is not None and not forecast.usable:
+        f_status = "abstained"
+    p_forecast = 0.0
+    if f_status == "fresh" and forecast is not None:
+        p_forecast = cfg.weight_forecast * min(1.0, max(0.0, (forecast.peak - cfg.forecast_busy)
+                                                        / (cfg.forecast_saturated - cfg.forecast_busy)))
     # no information, as a missing input (statuses set after expiry: the status still turns stale on time)
     if r_status == "fresh" and regime is not None and regime.regime == UNKNOWN_REGIME:
         r_status = "abstained"
@@ -244,6 +310,8 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
         f"risk={_fmt(risk.probability if risk else None, k_status, k_age)} "
         f"anomaly={_fmt(anomaly.score if anomaly else None, a_status, a_age)}"
     )
+    if forecast is not None:
+        tail += f" forecast_p90={_fmt(forecast.peak if forecast.usable else None, f_status, f_age)}"
     scores: list[int] = []
     reasons_out: list[str | None] = []
     details_out: list[str | None] = []
@@ -254,7 +322,7 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
         slowdown = class_slowdown(fresh_regime, workload_class) if fresh_regime is not None else None
         p_slow = cfg.unknown_penalty if slowdown is None else min(1.0, max(0.0, (slowdown - 1.0) / span))
         weighted = cfg.weight_slowdown * p_slow + cfg.weight_risk * p_risk + cfg.weight_anomaly * p_anomaly
-        penalty = weighted / total_weight
+        penalty = min(1.0, weighted / total_weight + p_forecast)
         reasons, details = list(shared_reasons), list(shared_details)
         if confident and slowdown is not None and slowdown >= cfg.max_slowdown and fresh_regime is not None:
             reasons.insert(0, f"predicted {workload_class} slowdown at or over {cfg.max_slowdown:.2f}")
@@ -284,7 +352,7 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
         risk_horizon_s=risk.horizon_s if risk else None,
         risk_status=k_status,
         risk_age_ms=k_age,
-        known="fresh" in (r_status, a_status, k_status),
+        known="fresh" in (r_status, a_status, k_status, f_status),
         scores=tuple(scores),
         reasons=tuple(reasons_out),
         details=tuple(details_out),
@@ -293,6 +361,11 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
         summaries=tuple(summaries),
         expires_ms=expires,
         abstain=regime.abstain if regime is not None else (),
+        forecast=forecast.peak if forecast is not None and forecast.usable else None,
+        forecast_horizon_s=forecast.horizon_s if forecast is not None and forecast.usable else None,
+        forecast_status=f_status,
+        forecast_age_ms=f_age,
+        forecast_penalty=p_forecast,
     )
 
 

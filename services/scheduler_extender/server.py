@@ -35,6 +35,9 @@ JSON = "application/json"
 LINKED_NODES = 3
 """Nodes whose input messages a call's span links: the top-scored (prioritize) or the filtered (filter)."""
 INPUT_NAMES = ("regime", "anomaly", "risk")
+EXTENDER_INPUT = "borg.extender.input"
+"""Link attribute: what the linked span is (regime / anomaly / risk message, the node's last decision, the
+eviction the pod replaces)."""
 
 
 def linked_nodes(ex: Explanation, limit: int = LINKED_NODES) -> list[str]:
@@ -47,14 +50,20 @@ def linked_nodes(ex: Explanation, limit: int = LINKED_NODES) -> list[str]:
 
 
 def link_inputs(span: trace.Span, ex: Explanation, store: NodeStateStore) -> int:
-    """Link ``span`` to the regime / anomaly / risk messages behind the deciding nodes' state; the count."""
+    """Link ``span`` to the regime / anomaly / risk messages behind the deciding nodes' state, to the referee's
+    last action on those nodes, and to the eviction the pod replaces; the count."""
     added = 0
     for node in linked_nodes(ex):
-        for name, raw in zip(INPUT_NAMES, store.traces(node), strict=True):
+        for name, raw in (*zip(INPUT_NAMES, store.traces(node), strict=True), ("decision", store.node_decision(node))):
             parent = remote_parent([(TRACEPARENT, raw)]) if raw else None
             if parent is not None:
-                span.add_link(parent, {names.NODE_NAME: node, "borg.extender.input": name})
+                span.add_link(parent, {names.NODE_NAME: node, EXTENDER_INPUT: name})
                 added += 1
+    evicted = store.pod_decision(ex.pod.namespace, ex.pod.name, ex.pod.owner)
+    parent = remote_parent([(TRACEPARENT, evicted)]) if evicted else None
+    if parent is not None:
+        span.add_link(parent, {EXTENDER_INPUT: "eviction"})
+        added += 1
     return added
 
 

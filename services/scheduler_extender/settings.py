@@ -46,6 +46,14 @@ class ExtenderSettings(RuntimeSettings):
     unknown_penalty: float = Field(
         default=0.5, ge=0.0, le=1.0, description="Penalty of an unknown/stale input (0.5 = neutral mid-scale)"
     )
+    # Load forecast term (forecasts.v1; docs/forecast.md): added to the penalty, never filters.
+    weight_forecast: float = Field(default=0.3, ge=0.0, le=1.0, description="Penalty of a node forecast to saturate")
+    forecast_horizon_s: int = Field(default=900, gt=0, description="Look this far ahead (the pod's first minutes)")
+    forecast_busy: float = Field(default=0.8, ge=0.0, lt=1.0, description="Peak p90 load where the penalty starts")
+    forecast_saturated: float = Field(default=0.95, gt=0.0, le=1.0, description="Peak p90 load of the full penalty")
+    forecast_staleness_s: float = Field(
+        default=600.0, gt=0.0, description="Older forecasts are ignored (one arrives per node and 5 minutes)"
+    )
 
     # Workload class of the pod.
     class_key: str = Field(default=DEFAULT_CLASS_KEY, description="Pod label (then annotation) naming the class")

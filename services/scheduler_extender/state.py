@@ -1,4 +1,4 @@
-"""Latest regime / anomaly / node risk per node, with a cached score card per node.
+"""Latest regime / anomaly / node risk / load forecast per node, with a cached score card per node.
 
 Pure (no Kafka, no clock: ``now_ms`` is passed in). A card is computed when an input arrives and again only
 when one of its fresh inputs turns stale, so answering the scheduler is a dictionary lookup per candidate.
@@ -12,6 +12,7 @@ that would land on some scheduler call every few seconds while state updates str
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -20,11 +21,19 @@ from typing import Any
 import orjson
 
 from contracts.base import Contract
-from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, RegimeLabelV2
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from contracts.models import (
+    WORKLOAD_CLASSES,
+    ActionResult,
+    AnomalyScore,
+    FailureRiskV2,
+    LoadForecast,
+    RegimeLabelV2,
+)
+from contracts.topics import FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC
 from services.scheduler_extender.scoring import (
     NEVER_MS,
     AnomalyIn,
+    ForecastIn,
     NodeCard,
     NodeInputs,
     RegimeIn,
@@ -35,7 +44,16 @@ from services.scheduler_extender.scoring import (
 )
 
 ANOMALIES_TOPIC = "anomalies.v1"
-STATE_TOPICS: tuple[str, ...] = (REGIMES_TOPIC, ANOMALIES_TOPIC, RISK_TOPIC)
+STATE_TOPICS: tuple[str, ...] = (REGIMES_TOPIC, ANOMALIES_TOPIC, RISK_TOPIC, FORECASTS_TOPIC)
+ACTIONS_TOPIC = "actions.v1"
+MAX_DECISIONS = 100_000
+_POD_SUFFIX = re.compile(r"^(?P<rs>.+)-[bcdfghjklmnpqrstvwxz2456789]{5}$")
+
+
+def replica_set_of(pod_name: str) -> str | None:
+    """The ReplicaSet a Deployment's pod belongs to, read from its generated name (``<rs>-<5 chars>``)."""
+    match = _POD_SUFFIX.match(pod_name)
+    return match["rs"] if match else None
 MAX_UNKNOWN_ENCODED = 100_000
 
 # A NodeCard as a plain tuple (NodeCard._make(packed) gives it back).
@@ -43,11 +61,13 @@ PackedCard = tuple[Any, ...]
 # (packed card, HostPriority JSON per workload class at 1 + CLASS_INDEX,
 #  FailedNodes message per class at 1 + len(WORKLOAD_CLASSES) + CLASS_INDEX; None = passes)
 Slot = tuple[Any, ...]
-# (regime, anomaly, risk) with each a plain tuple or None
+# (regime, anomaly, risk, forecast) with each a plain tuple or None
 PackedInputs = tuple[Any, ...]
 _N = len(WORKLOAD_CLASSES)
 _card_of = itemgetter(0)
-EMPTY: PackedInputs = (None, None, None)
+EMPTY: PackedInputs = (None, None, None, None)
+_TRACED = 3
+"""Inputs whose traceparent is kept for span links (regime, anomaly, risk; not the forecast)."""
 
 
 def pack_inputs(inputs: NodeInputs) -> PackedInputs:
@@ -55,11 +75,12 @@ def pack_inputs(inputs: NodeInputs) -> PackedInputs:
 
 
 def unpack_inputs(packed: PackedInputs) -> NodeInputs:
-    regime, anomaly, risk = packed
+    regime, anomaly, risk, forecast = packed
     return NodeInputs(
         RegimeIn._make(regime) if regime is not None else None,
         AnomalyIn._make(anomaly) if anomaly is not None else None,
         RiskIn._make(risk) if risk is not None else None,
+        ForecastIn._make(forecast) if forecast is not None else None,
     )
 
 
@@ -87,6 +108,9 @@ class NodeStateStore:
         self._traces: dict[str, tuple[bytes | None, bytes | None, bytes | None]] = {}
         self._slots: dict[str, Slot] = {}
         self._unknown_slots: dict[str, Slot] = {}
+        # the traceparent of the newest action the referee carried out per node (taint, cordon, consolidate)
+        # and per evicted pod's controller or name: a later placement links the decision that shaped it
+        self._decisions: dict[str, bytes] = {}
         self._min_expiry_ms = NEVER_MS  # no card expires before this
 
     def __len__(self) -> int:
@@ -114,6 +138,8 @@ class NodeStateStore:
             node, index, part = value.node, 1, tuple(AnomalyIn.of(value))
         elif isinstance(value, FailureRiskV2) and value.target_kind == "node":
             node, index, part = value.target, 2, tuple(RiskIn.of(value, self.cfg.risk_horizon_s))
+        elif isinstance(value, LoadForecast):
+            node, index, part = value.node, 3, tuple(ForecastIn.of(value, self.cfg.forecast_horizon_s))
         else:
             self.stats.ignored += 1
             return None
@@ -127,16 +153,52 @@ class NodeStateStore:
         self.stats.applied += 1
         return node
 
+    def note_action(self, result: ActionResult, traceparent: bytes | None) -> bool:
+        """Remember the decision behind an action carried out on a Node or a Pod (True when kept)."""
+        if traceparent is None or result.outcome not in ("applied", "dry-run"):
+            return False
+        target = result.target
+        if target.kind == "Node":
+            keys = [f"node/{target.name}"]
+        elif target.kind == "Pod" and result.action == "evict":
+            keys = [f"pod/{target.namespace}/{target.name}"]
+            owner = replica_set_of(target.name)
+            if owner is not None:
+                keys.append(f"owner/{target.namespace}/ReplicaSet/{owner}")
+        else:
+            return False
+        if len(self._decisions) > MAX_DECISIONS:  # bounded: the oldest half goes
+            for key in list(self._decisions)[: MAX_DECISIONS // 2]:
+                del self._decisions[key]
+        for key in keys:
+            self._decisions.pop(key, None)  # re-inserted last: the dict's order is the age order
+            self._decisions[key] = traceparent
+        return True
+
+    def node_decision(self, node: str) -> bytes | None:
+        """The traceparent of the last action carried out on ``node``."""
+        return self._decisions.get(f"node/{node}")
+
+    def pod_decision(self, namespace: str, name: str, owner: str | None) -> bytes | None:
+        """The traceparent of the eviction this pod replaces (same controller, or same name), if one is held."""
+        if owner is not None:
+            found = self._decisions.get(f"owner/{namespace}/{owner}")
+            if found is not None:
+                return found
+        return self._decisions.get(f"pod/{namespace}/{name}")
+
     def _note_trace(self, node: str, index: int, traceparent: bytes | None) -> None:
         if node not in self._inputs:
             self._traces.pop(node, None)
+            return
+        if index >= _TRACED:
             return
         held = self._traces.get(node, (None, None, None))
         self._traces[node] = (*held[:index], traceparent, *held[index + 1 :])  # type: ignore[assignment]
 
     def forget(self, base_topic: str, key: str, now_ms: int) -> bool:
         """Apply a tombstone (null value) on a compacted topic: drop that input of the node."""
-        index = {REGIMES_TOPIC: 0, ANOMALIES_TOPIC: 1, RISK_TOPIC: 2}.get(base_topic)
+        index = {REGIMES_TOPIC: 0, ANOMALIES_TOPIC: 1, RISK_TOPIC: 2, FORECASTS_TOPIC: 3}.get(base_topic)
         current = self._inputs.get(key)
         if index is None or current is None or current[index] is None:
             return False

@@ -19,8 +19,9 @@ from typing import Any, Final
 import orjson
 
 ROOT: Final = Path(__file__).resolve().parents[2]
-KNOWN: Final = ("kube-default", "random", "extender", "oracle")
-TODO: Final = ("orchestrator",)
+KNOWN: Final = ("kube-default", "random", "extender", "orchestrator", "oracle")
+OPTIONAL: Final = ("learned",)  # needs a trained model (borgctl train placement): not in the default set
+TODO: Final[tuple[str, ...]] = ()
 QUICK: Final = {"nodes": 30, "parts": 2, "horizon_s": 3600.0}
 FULL: Final = {"nodes": 50, "parts": 10, "horizon_s": 4 * 3600.0}
 
@@ -28,7 +29,7 @@ FULL: Final = {"nodes": 50, "parts": 10, "horizon_s": 4 * 3600.0}
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="borgctl eval arena", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="output directory (results.json + PNGs)")
-    p.add_argument("--policies", default=",".join(KNOWN), help=f"comma-separated, from {', '.join(KNOWN)}")
+    p.add_argument("--policies", default=",".join(KNOWN), help=f"comma-separated, from {', '.join(KNOWN + OPTIONAL)}")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--quick", action="store_true",
                    help=f"{QUICK['nodes']} nodes, {QUICK['parts']} trace parts, "
@@ -49,8 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extender-unknown-penalty", type=float, default=None,
                    help="the extender's penalty of a missing/unknown input, 0-1 (EXTENDER_UNKNOWN_PENALTY; "
                         "default: the service's default)")
+    p.add_argument("--orchestrator-every-ticks", type=int, default=1,
+                   help="orchestrator: run the agents and the referee every N ticks")
+    p.add_argument("--taint-ttl-s", type=float, default=300.0, help="orchestrator: a taint expires after this")
+    p.add_argument("--hold-s", type=float, default=60.0, help="orchestrator: an admission hold lasts this long")
+    p.add_argument("--orchestrator-actions", default=None,
+                   help="orchestrator: comma-separated action kinds applied (default all; others refused)")
     p.add_argument("--model", type=Path, default=ROOT / "models" / "regime",
                    help="regime model root (its CURRENT) or a version directory")
+    p.add_argument("--placement-model", type=Path, default=ROOT / "models" / "placement",
+                   help="policy learned: placement Q-table root (its CURRENT) or version (docs/placement.md)")
     p.add_argument("-q", "--quiet", action="store_true")
     return p
 
@@ -62,7 +71,8 @@ def run(args: argparse.Namespace, command: str) -> int:
     from services.scheduler_extender.scoring import ScoringConfig
     from simulator.arena.arrivals import load_trace_tasks, synthetic_tasks, to_arrivals
     from simulator.arena.aware import ArenaView, ExtenderPolicy, OraclePolicy
-    from simulator.arena.loop import Arena, ArenaOutcome
+    from simulator.arena.loop import Arena, ArenaOutcome, Controller
+    from simulator.arena.orchestrator import NodeControl, Orchestrator, OrchestratorConfig, OrchestratorPolicy
     from simulator.arena.policies import PlacementPolicy, make_policy
     from simulator.arena.report import metrics, plot, rows
     from simulator.arena.world import ArenaCluster, RegimeObserver
@@ -77,7 +87,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         print(f"eval arena: policy {todo[0]} is not built yet (issue 21: agents + referee acting); "
               f"choose from {', '.join(KNOWN)}", file=sys.stderr)
         return 2
-    unknown = [p for p in policies if p not in KNOWN]
+    unknown = [p for p in policies if p not in KNOWN + OPTIONAL]
     if unknown or not policies:
         print(f"eval arena: unknown policy {unknown or policies}; choose from {', '.join(KNOWN)}", file=sys.stderr)
         return 2
@@ -128,6 +138,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     for name in policies:
         view = ArenaView(nodes)
         cluster = observer = None
+        controller: Controller | None = None
         policy: PlacementPolicy
         if name == "extender":
             cfg = (ScoringConfig() if args.extender_unknown_penalty is None
@@ -135,16 +146,38 @@ def run(args: argparse.Namespace, command: str) -> int:
             policy = ExtenderPolicy(args.seed, view, cfg, weight=args.extender_weight)
             cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
             observer = RegimeObserver(model, [s.name for s in cluster.specs])
+        elif name == "orchestrator":
+            scoring = (ScoringConfig() if args.extender_unknown_penalty is None
+                       else ScoringConfig(unknown_penalty=args.extender_unknown_penalty))
+            orch = OrchestratorPolicy(args.seed, view, NodeControl(nodes), scoring, weight=args.extender_weight)
+            policy = orch
+            cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
+            observer = RegimeObserver(model, [s.name for s in cluster.specs])
+            controller = Orchestrator(
+                [s.name for s in cluster.specs], orch, model_version=model.version,
+                cfg=OrchestratorConfig(every_ticks=max(1, args.orchestrator_every_ticks),
+                                       taint_ttl_s=args.taint_ttl_s, hold_s=args.hold_s,
+                                       extender_weight=args.extender_weight,
+                                       actions=(frozenset(args.orchestrator_actions.split(","))
+                                                if args.orchestrator_actions else None)))
         elif name == "oracle":
             policy = OraclePolicy(args.seed, view)
+        elif name == "learned":  # same regime path as the extender: its state is what the extender sees
+            from simulator.arena.learned import LearnedPolicy, load_placement_model
+
+            policy = LearnedPolicy(args.seed, view, load_placement_model(args.placement_model))
+            cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
+            observer = RegimeObserver(model, [s.name for s in cluster.specs])
         else:
             policy = make_policy(name, args.seed)
         started = time.perf_counter()
         out = Arena(arrivals, nodes, policy, view, horizon_s=horizon_s, tick_s=args.tick_s, cluster=cluster,
-                    observer=observer).run(progress)
+                    observer=observer, controller=controller).run(progress)
         m = metrics(out)
         if isinstance(policy, ExtenderPolicy):
             m["extender_filtered_decisions"] = float(policy.filtered)
+        if isinstance(policy, OrchestratorPolicy):
+            m["extender_filtered_decisions"] = float(policy.extender.filtered)
         if observer is not None:
             summary[f"{name}_abstain_reasons"] = {k: v / max(observer.windows, 1)
                                                    for k, v in observer.abstain_reasons.items()}
@@ -168,8 +201,9 @@ def run(args: argparse.Namespace, command: str) -> int:
                "nodes": nodes, "horizon_s": horizon_s, "extender_weight": args.extender_weight,
                "extender_unknown_penalty": args.extender_unknown_penalty,
                "tick_s": args.tick_s, "arrivals": stats.as_dict(),
-               "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary,
-               "todo": {"orchestrator": "agents + referee acting (taint, evict, consolidate, admission): not built"}}
+               "orchestrator": {"every_ticks": args.orchestrator_every_ticks, "taint_ttl_s": args.taint_ttl_s,
+                                "hold_s": args.hold_s, "actions": args.orchestrator_actions},
+               "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary}
     doc = {"machine": machine(), "results": results, "details": details}
     (args.out / "results.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     pngs = plot(outcomes, args.out, f"arena seed {args.seed}: {nodes} nodes, {len(arrivals):,} tasks")

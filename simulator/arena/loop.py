@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from simulator.arena.aware import SLO_SLOWDOWN, ArenaView, TaskPod
 from simulator.arena.kube_default import NodeResources
 from simulator.arena.policies import PlacementPolicy
 from simulator.arena.world import ArenaCluster, RegimeObserver
+from simulator.cluster import TickBatch
 from simulator.workloads import CLASS_INDEX, excess, task_slowdowns
 
 NODE_MILLI_CPU: Final = 16_000
@@ -94,6 +95,22 @@ class ArenaOutcome:
 Reporter = Callable[[str], None]
 
 
+class Controller(Protocol):
+    """Acts on the cluster between ticks (the ``orchestrator``'s agents and referee).
+
+    ``step`` runs at the start of every tick, before placement: it may evict (``Arena.evict``), hold
+    arrivals back from ``pending`` and put them back later; ``extra`` is merged into the metrics.
+    """
+
+    def step(self, tick: int, t_s: float, arena: Arena, pending: deque[Arrival]) -> None: ...
+
+    def extra(self, outcome_ticks: int, tick_s: float) -> dict[str, float]: ...
+
+    def held(self) -> int:
+        """Arrivals kept out of ``pending`` right now (admission on hold)."""
+        ...
+
+
 def pod_of(a: Arrival) -> TaskPod:
     return TaskPod(max(1, round(a.cpu * NODE_MILLI_CPU)), max(1, round(a.memory * NODE_MEMORY)),
                    a.workload_class, a.pressure, a.latency_sensitive)
@@ -105,7 +122,7 @@ class Arena:
     def __init__(self, arrivals: Sequence[Arrival], nodes: int, policy: PlacementPolicy, view: ArenaView, *,
                  horizon_s: float, tick_s: float = 10.0, cluster: ArenaCluster | None = None,
                  observer: RegimeObserver | None = None, max_attempts: int = 200, drain_factor: float = 2.0,
-                 slo_slowdown: float = SLO_SLOWDOWN) -> None:
+                 slo_slowdown: float = SLO_SLOWDOWN, controller: Controller | None = None) -> None:
         if nodes < 1 or tick_s <= 0 or horizon_s <= 0:
             raise ValueError("nodes, tick_s and horizon_s must be positive")
         if view.nodes != nodes:
@@ -124,6 +141,10 @@ class Arena:
         self.resources = [NodeResources(NODE_MILLI_CPU, NODE_MEMORY) for _ in range(nodes)]
         self.residents: list[list[_Running]] = [[] for _ in range(nodes)]
         self._dirty: set[int] = set()
+        self.controller = controller
+        self.last_batch: TickBatch | None = None
+        """The counters of the last observed tick (what a node agent last published)."""
+        self.evictions = 0
 
     # ------------------------------------------------------------------ node state
     def _refresh(self, i: int) -> None:
@@ -170,9 +191,24 @@ class Arena:
             tasks = self.residents[i]
             self.cluster.set_corunners(i, [t.arrival.kind for t in tasks], [t.arrival.intensity for t in tasks])
         self._dirty.clear()
-        self.observer.observe(self.cluster.tick())
+        batch = self.cluster.tick()
+        self.observer.observe(batch)
+        self.last_batch = batch
         self.view.labels = list(self.observer.labels)
         self.view.now_ms = self.cluster.start_ms + (tick + 1) * self.cluster.interval_ms
+
+    def evict(self, i: int, task: _Running) -> Arrival:
+        """Stop ``task`` on node ``i`` (its work so far is lost: a replacement pod starts over)."""
+        self.residents[i] = [t for t in self.residents[i] if t is not task]
+        self.resources[i] = self.resources[i].remove(task.pod)
+        self._refresh(i)
+        self.evictions += 1
+        return task.arrival
+
+    def resize(self, i: int, task: _Running, pod: TaskPod) -> None:
+        """Replace a running task's requests (an in-place resize: the memory balloon)."""
+        self.resources[i] = self.resources[i].remove(task.pod).add(pod)
+        task.pod = pod
 
     # ------------------------------------------------------------------ run
     def run(self, progress: Reporter | None = None) -> ArenaOutcome:
@@ -185,12 +221,14 @@ class Arena:
         step = max(1, self.horizon_ticks // 5)
         if self.cluster is not None:
             self.view.now_ms = self.cluster.start_ms
-        tick = 0
+        tick = held = 0
         while tick < self.max_ticks:
             t_s = tick * self.tick_s
             while nxt < len(self.arrivals) and self.arrivals[nxt].submit_s <= t_s:
                 pending.append(self.arrivals[nxt])
                 nxt += 1
+            if self.controller is not None:
+                self.controller.step(tick, t_s, self, pending)
             d, p, c = self._place(t_s, pending)
             decisions, placements, policy_cpu = decisions + d, placements + p, policy_cpu + c
             util.append(sum(r.requested_milli_cpu for r in self.resources) / (NODE_MILLI_CPU * self.n))
@@ -203,14 +241,19 @@ class Arena:
             if progress is not None and tick % step == 0 and tick <= self.horizon_ticks:
                 progress(f"{self.policy.name}: tick {tick}/{self.horizon_ticks}, {placements:,} placed, "
                          f"{len(pending):,} pending, {len(finished):,} finished")
-            if tick >= self.horizon_ticks and nxt >= len(self.arrivals) and not pending and not any(self.residents):
+            held = self.controller.held() if self.controller is not None else 0
+            if (tick >= self.horizon_ticks and nxt >= len(self.arrivals) and not pending and not held
+                    and not any(self.residents)):
                 break
         running = sum(len(r) for r in self.residents)
         model_cpu = self.observer.cpu_s if self.observer is not None else 0.0
+        extra = {"evictions": float(self.evictions)}
+        if self.controller is not None:
+            extra |= self.controller.extra(tick, self.tick_s)
         return ArenaOutcome(self.policy.name, tick, self.tick_s, self.horizon_ticks, finished, running,
-                            len(pending) + len(self.arrivals) - nxt, decisions, placements, np.asarray(util),
+                            len(pending) + len(self.arrivals) - nxt + held, decisions, placements, np.asarray(util),
                             np.asarray(used, dtype=np.float64), np.asarray(useful), np.asarray(viol), policy_cpu,
-                            model_cpu, self.observer)
+                            model_cpu, self.observer, extra)
 
     def _advance(self, t_s: float, finished: list[Finished]) -> float:
         """One tick of work on every node; returns the SLO-violation task-seconds accrued."""

@@ -29,7 +29,9 @@ def metrics(out: ArenaOutcome) -> dict[str, float | None]:
         "mean_cpu_utilisation": float(out.util[:h].mean()) if len(out.util) else None,
         "useful_cpu_utilisation": float(out.useful[:h].mean()) if len(out.useful) else None,
         "nodes_used": float(out.nodes_used[:h].mean()) if len(out.nodes_used) else None,
-        "evictions": 0.0,
+        "evictions": out.extra.get("evictions", 0.0),
+        "referee_decisions_per_min": 0.0,
+        "actions_per_min": 0.0,
         "placements": float(out.placements),
         "finished": float(len(out.finished)),
         "unfinished": float(out.unfinished),
@@ -62,6 +64,7 @@ def metrics(out: ArenaOutcome) -> dict[str, float | None]:
     m["ls_tasks_violating_fraction"] = (float(np.mean([f.violation_s > 0 for f in out.finished
                                                         if f.arrival.latency_sensitive]))
                                         if ls else None)
+    m |= out.extra  # the orchestrator's counts (evictions, actions per kind, its CPU per referee decision)
     if out.observer is not None:
         m["model_coverage"] = out.observer.coverage()
         m["model_interference_mae"] = out.observer.interference_mae()
@@ -71,7 +74,9 @@ def metrics(out: ArenaOutcome) -> dict[str, float | None]:
 
 UNITS: Final = {"slo_violation_task_s": "task_s", "mean_cpu_utilisation": "fraction",
                 "useful_cpu_utilisation": "fraction", "nodes_used": "nodes",
-                "evictions": "count", "placements": "count", "finished": "count", "unfinished": "count",
+                "evictions": "count", "referee_decisions_per_min": "per_min_simulated",
+                "actions_per_min": "per_min_simulated", "orchestrator_cpu_us_per_decision": "us",
+                "placements": "count", "finished": "count", "unfinished": "count",
                 "unplaced": "count", "decisions_per_min": "per_min_simulated",
                 "policy_cpu_us_per_decision": "us", "model_cpu_us_per_decision": "us",
                 "completion_inflation": "ratio", "mean_wait_s": "s", "ls_tasks_violating_fraction": "fraction",

@@ -48,7 +48,7 @@ async def test_stages_bench_drains_every_input_and_reports_the_shared_format(kaf
     by = {(r["case"], r["metric"]): r for r in rows}
     cases = list(dict.fromkeys(r["case"] for r in rows))
     assert cases[:4] == ["passthrough", "features", "regime", "anomaly"]
-    assert cases[4:] in ([], ["risk"])  # risk runs when models/failure loads
+    assert cases[4:] in (["forecast"], ["risk", "forecast"])  # risk runs when models/failure loads
     assert set(cases) <= {"passthrough", *STAGES}
 
     # every stage drained exactly its input: the prefilled NodeState, then the FeatureVectors features wrote

@@ -359,7 +359,9 @@ def _settings_variables() -> set[str]:
     from services.runtime.settings import RuntimeSettings
     from services.scheduler_extender.settings import ExtenderSettings
 
-    names = {"KUBECONFIG"}
+    # not settings: KUBECONFIG (kubernetes clients), OTEL_RESOURCE_ATTRIBUTES (read by the OpenTelemetry
+    # SDK) and the downward-API names it is built from
+    names = {"KUBECONFIG", "OTEL_RESOURCE_ATTRIBUTES", "POD_NAME", "POD_NAMESPACE"}
     for cls in (
         RuntimeSettings,
         NodeAgentSettings,
@@ -392,6 +394,26 @@ def test_service_environment_names_are_settings_the_services_read(overlay: str, 
                 names |= set(configs[(workload["metadata"]["namespace"], source["configMapRef"]["name"])])
             unknown = sorted(names - known)
             assert not unknown, f"{workload['metadata']['name']}: no settings object reads {unknown}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_service_names_its_pod_in_its_spans(overlay: str, rendered: dict[str, list[Doc]]) -> None:
+    """k8s.pod.name / k8s.namespace.name resource attributes from the downward API, defined before use."""
+    for workload in workloads(rendered[overlay]):
+        for container in containers(workload):
+            if not str(container["image"]).split("/")[-1].startswith("borg-orchestrator:"):
+                continue
+            env = container.get("env", [])
+            order = [e["name"] for e in env]
+            where = f"{workload['metadata']['name']}/{container['name']}"
+            assert "OTEL_RESOURCE_ATTRIBUTES" in order, where
+            attrs = next(e["value"] for e in env if e["name"] == "OTEL_RESOURCE_ATTRIBUTES")
+            assert attrs == "k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE)", where
+            fields = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in env}
+            assert fields.get("POD_NAME") == "metadata.name" and fields.get("POD_NAMESPACE") == "metadata.namespace"
+            # $(VAR) expands only to variables defined earlier in the list
+            assert order.index("POD_NAME") < order.index("OTEL_RESOURCE_ATTRIBUTES"), where
+            assert order.index("POD_NAMESPACE") < order.index("OTEL_RESOURCE_ATTRIBUTES"), where
 
 
 def test_node_agent_is_a_daemonset_with_only_perfmon(rendered: dict[str, list[Doc]]) -> None:

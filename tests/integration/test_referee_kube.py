@@ -304,7 +304,7 @@ async def test_decisions_reach_the_cluster_with_the_referee_rbac_and_replays_cha
     decide = [
         sp
         for sp in spans.get_finished_spans()
-        if sp.name == "referee decide" and sp.attributes.get("decision.id") == d_batch.decision_id
+        if sp.name == "referee decide" and sp.attributes.get("borg.decision.id") == d_batch.decision_id
     ]
     assert decide, "referee decide span for the batch decision"
     linked = {f"{link.context.trace_id:032x}" for link in decide[0].links}

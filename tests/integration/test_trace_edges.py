@@ -1,4 +1,5 @@
-"""Follow a decision end to end in the real Jaeger: a data table of expected edges.
+"""Follow a decision end to end in the real Jaeger: a data table of expected edges, producer spans and
+the scheduler extender's links.
 
 Replays synthetic NodeState through the running pipeline (features → regime → admission
 agent → referee → Kubernetes), picks a decision, and polls Jaeger's API until every edge
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +42,12 @@ EXPECTED_EDGES: list[tuple[str, str, str]] = [
 ]
 # Spans the referee itself must record inside the decision's trace.
 EXPECTED_REFEREE_SPANS = ["referee decide", "k8s write"]
-SERVICES = ["features", "regime", "agent-admission", "referee"]
+# PRODUCER spans (messaging conventions) of the outputs on the decision's path.
+EXPECTED_PRODUCER_SPANS = [("replay", "nodestate.v1 publish"), ("agent-admission", "proposals.v1 publish"),
+                           ("referee", "decisions.v1 publish"), ("referee", "actions.v1 publish")]
+SERVICES = ["features", "regime", "anomaly", "agent-admission", "referee"]
+MIN_SERVICES = 6
+"""replay, features, regime, anomaly (it consumes the same window, continuing its trace), the agent, the referee."""
 
 
 def _kube(*args: str) -> str:
@@ -83,6 +91,60 @@ def _jaeger(path: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{JAEGER}{path}", timeout=10) as response:
         data: dict[str, Any] = json.load(response)
         return data
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _post(url: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+async def _prioritize_until_linked(port: int, nodes: list[str], tmp_path: Path) -> None:
+    """POST /prioritize for the replayed nodes until Jaeger holds its span with a link to a `regime infer` span."""
+    args = {"Pod": {"metadata": {"name": "placed", "namespace": "trace-test", "uid": "u-1",
+                                 "labels": {"borg-orchestrator.io/workload-class": "memory_bound"}},
+                    "spec": {"containers": [{"name": "app", "image": "x"}]}},
+            "Nodes": None, "NodeNames": nodes}
+    base = f"http://127.0.0.1:{port}"
+
+    def linked_regime_span() -> bool:
+        try:
+            _post(f"{base}/prioritize", args)  # an answer per call; its span is exported in the background
+            query = urllib.parse.urlencode({"service": "scheduler-extender", "operation": "extender prioritize",
+                                            "lookback": "1h", "limit": 20})
+            for trace in _jaeger(f"/api/traces?{query}").get("data") or []:
+                for span in trace["spans"]:
+                    for ref in span.get("references", []):
+                        if ref["refType"] == "CHILD_OF":
+                            continue
+                        target = (_jaeger(f"/api/traces/{ref['traceID']}").get("data") or [{}])[0]
+                        if any(t["spanID"] == ref["spanID"] and t["operationName"] == "regime infer"
+                               for t in target.get("spans", [])):
+                            return True
+        except OSError:
+            return False
+        return False
+
+    try:
+        await wait_until(linked_regime_span, timeout=90, interval=2.0,
+                         what="an extender prioritize span linking a regime infer span")
+    except AssertionError:
+        log = (tmp_path / "scheduler-extender.log").read_text(errors="replace")[-2000:]
+        raise AssertionError(f"no linked extender span; extender log tail:\n{log}") from None
+
+
+def producers_of(trace: dict[str, Any]) -> set[tuple[str, str]]:
+    """(service, span name) of the trace's PRODUCER spans."""
+    services = {pid: p["serviceName"] for pid, p in trace["processes"].items()}
+    return {(services[s["processID"]], s["operationName"]) for s in trace["spans"]
+            if any(t["key"] == "span.kind" and t["value"] == "producer" for t in s.get("tags", []))}
 
 
 def edges_of(trace: dict[str, Any]) -> tuple[set[tuple[str, str, str]], list[tuple[str, str]]]:
@@ -137,6 +199,8 @@ async def test_decision_trace_has_every_edge(
         # by the replay's phase), so whether the referee acted at all depended on the data.
         "REFEREE_MIN_SCORE": "0.05",
     }
+    extender_port = _free_port()
+    env["EXTENDER_PORT"] = str(extender_port)
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "borgctl.main", "serve", name],
@@ -145,7 +209,7 @@ async def test_decision_trace_has_every_edge(
             stdout=(tmp_path / f"{name}.log").open("wb"),
             stderr=subprocess.STDOUT,
         )
-        for name in SERVICES
+        for name in (*SERVICES, "scheduler-extender")
     ]
     try:
         start_ms = int(time.time() * 1000) - 120_000
@@ -209,6 +273,10 @@ async def test_decision_trace_has_every_edge(
             found, named = edges_of(data[0])
             missing = set(EXPECTED_EDGES) - found
             spans_missing = [s for s in EXPECTED_REFEREE_SPANS if ("referee", s) not in named]
+            spans_missing += [f"{svc}: {name}" for svc, name in EXPECTED_PRODUCER_SPANS
+                              if (svc, name) not in producers_of(data[0])]
+            if len({svc for svc, _ in named}) < MIN_SERVICES:
+                spans_missing.append(f"spans of {MIN_SERVICES} services")
             return (found, named) if not missing and not spans_missing else None
 
         try:
@@ -217,7 +285,8 @@ async def test_decision_trace_has_every_edge(
             data = (_jaeger(f"/api/traces/{decision.trace_id}").get("data") or [{}])[0]
             found, named = edges_of(data) if data else (set(), [])
             raise AssertionError(
-                f"missing edges {set(EXPECTED_EDGES) - found}; spans seen: {sorted(set(named))}"
+                f"missing edges {set(EXPECTED_EDGES) - found}; spans seen: {sorted(set(named))}; "
+                f"producer spans: {sorted(producers_of(data)) if data else []}"
             ) from None
 
         # The terminal view tells the same story.
@@ -232,7 +301,13 @@ async def test_decision_trace_has_every_edge(
         assert shown.returncode == 0, shown.stderr
         for service in ("replay", *SERVICES):
             assert f"{service}: " in shown.stdout
-        assert f"decision.id={decision.decision_id}" in shown.stdout
+        assert f"borg.decision.id={decision.decision_id}" in shown.stdout
+
+        # A placement is traceable too: the extender's prioritize span links the regime messages behind
+        # the state of its best-scored nodes, so it leads back into those nodes' traces.
+        regime_nodes = sorted({r.key.decode() for r in await drain(kafka_bootstrap, f"{topic_prefix}{REGIMES_TOPIC}")})
+        assert regime_nodes
+        await _prioritize_until_linked(extender_port, regime_nodes, tmp_path)
     finally:
         for proc in procs:
             proc.terminate()

@@ -61,4 +61,5 @@ def test_what_was_proposed_survives_a_restart_through_its_memory_records() -> No
     assert second.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8)) == []
     # without it, the restarted agent would have sent the taint again
     forgetful = Agent("admission", AdmissionSettings(repropose_s=300), admission_policy.evaluate, clock)
-    assert [c.proposal.kind for c in forgetful.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))] == ["taint"]
+    again = forgetful.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))
+    assert [c.proposal.kind for c in again] == ["taint"]

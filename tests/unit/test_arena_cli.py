@@ -38,9 +38,15 @@ def test_missing_trace_dir_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Cap
     assert len(err) == 1 and "not found" in err[0]
 
 
-def test_orchestrator_is_reported_not_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert eval_arena(["--policies", "orchestrator", "--synthetic", "5", "--out", str(tmp_path)]) == 2
-    assert "not built" in capsys.readouterr().err
+def test_orchestrator_reports_its_decisions_the_passive_policies_none(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    assert eval_arena(["--policies", "kube-default,orchestrator", "--synthetic", "40", "--nodes", "4",
+                       "--horizon-s", "400", "--seed", "3", "-q", "--out", str(out)]) == 0
+    by = {(r["case"], r["metric"]): r["value"] for r in orjson.loads((out / "results.json").read_bytes())["results"]}
+    assert by[("kube-default", "referee_decisions_per_min")] == 0 and by[("kube-default", "actions_per_min")] == 0
+    assert by[("orchestrator", "referee_decisions_per_min")] > 0  # 4 loaded nodes: the queue degrades
+    assert by[("orchestrator", "orchestrator_cpu_us_per_decision")] > 0
+    assert by[("orchestrator", "placements")] > 20
 
 
 def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:

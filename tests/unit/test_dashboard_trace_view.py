@@ -50,7 +50,7 @@ def jaeger_trace() -> dict[str, Any]:
         },
         "spans": [
             span("c", "referee decide", "p3", 1_300, 50, parent="b", links=((TRACE, "a"), ("ff" * 16, "12" * 8))),
-            span("a", "features window", "p1", 1_000, 100, tags={"node.name": "n1", "span.kind": "consumer"}),
+            span("a", "features window", "p1", 1_000, 100, tags={"borg.node.name": "n1", "span.kind": "consumer"}),
             span("b", "regime infer", "p2", 1_150, 40, parent="a"),
             span("d", "orphan", "p2", 1_200, 10, parent="gone"),
         ],
@@ -65,7 +65,7 @@ def test_spans_are_flattened_depth_first_with_offsets_parents_and_links() -> Non
     assert (a["offset_us"], b["offset_us"], c["offset_us"]) == (0, 150, 300)
     assert b["parent"] == "a" and d["parent"] is None  # a parent outside the trace makes a root
     assert c["links"] == [{"trace_id": TRACE, "span_id": "a"}, {"trace_id": "ff" * 16, "span_id": "12" * 8}]
-    assert a["service"] == "features" and a["attributes"]["node.name"] == "n1" and a["kind"] == "consumer"
+    assert a["service"] == "features" and a["attributes"]["borg.node.name"] == "n1" and a["kind"] == "consumer"
     assert view["services"] == ["features", "referee", "regime"]
     assert view["duration_us"] == 350 and view["truncated"] is False
 

@@ -385,3 +385,40 @@ async def test_a_calls_span_links_the_messages_behind_the_deciding_nodes(harness
     # a tombstone drops the input and its link
     harness.store.forget("regimes.v2", "node-a", NOW)
     assert harness.store.traces("node-a")[0] is None
+
+
+async def test_a_placement_links_the_decisions_that_shaped_it(harness: Harness) -> None:
+    """The referee's last action on a top-scored node, and the eviction whose replacement is being placed
+    (same ReplicaSet), are linked from the extender's span: a placement leads back to those decisions."""
+    from contracts.models import ActionResult, TargetRef
+    from services.scheduler_extender.state import replica_set_of
+
+    feed(harness.store, "node-a", MEMBW)
+    trace_id, node_span, evict_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902c1", "00f067aa0ba902c2"
+    consolidated = ActionResult(decision_id="d-1", ts_ms=NOW, target=TargetRef(kind="Node", name="node-a"),
+                                action="consolidate", outcome="applied", message="ok")
+    evicted = ActionResult(decision_id="d-2", ts_ms=NOW,
+                           target=TargetRef(kind="Pod", name="web-5d8f7c9b4-x2k9q", namespace="ns"),
+                           action="evict", outcome="applied", message="ok")
+    refused = ActionResult(decision_id="d-3", ts_ms=NOW, target=TargetRef(kind="Node", name="node-b"),
+                           action="taint", outcome="refused", message="cooldown")
+    assert harness.store.note_action(consolidated, f"00-{trace_id}-{node_span}-01".encode())
+    assert harness.store.note_action(evicted, f"00-{trace_id}-{evict_span}-01".encode())
+    assert not harness.store.note_action(refused, f"00-{trace_id}-{evict_span}-01".encode()), "not carried out"
+    assert replica_set_of("web-5d8f7c9b4-x2k9q") == "web-5d8f7c9b4" and replica_set_of("web-0") is None
+    body = args()
+    body["Pod"]["metadata"]["namespace"] = "ns"
+    body["Pod"]["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                   "name": "web-5d8f7c9b4", "uid": "u", "controller": True}]
+    await harness.post("/prioritize", body)
+    await wait_until(lambda: len(harness.spans.get_finished_spans()) == 1, timeout=5, what="the span")
+    (span,) = harness.spans.get_finished_spans()
+    links = {f"{link.context.span_id:016x}": dict(link.attributes or {}) for link in span.links}
+    assert links[node_span] == {names.NODE_NAME: "node-a", "borg.extender.input": "decision"}
+    assert links[evict_span] == {"borg.extender.input": "eviction"}
+    # a pod of another controller is not linked to that eviction
+    harness.spans.clear()
+    body["Pod"]["metadata"]["ownerReferences"][0]["name"] = "api-7c9f8d6b5"
+    await harness.post("/prioritize", body)
+    await wait_until(lambda: len(harness.spans.get_finished_spans()) == 1, timeout=5, what="the span")
+    assert evict_span not in {f"{link.context.span_id:016x}" for link in harness.spans.get_finished_spans()[0].links}

@@ -60,10 +60,10 @@ def test_checker_flags_unregistered_names(tmp_path: Path) -> None:
     sample = tmp_path / "s.py"
     sample.write_text(
         "span.set_attribute('made.up', 1)\n"
-        "tracer.start_as_current_span('adhoc span', attributes={'node.name': 'n', 'other.thing': 2})\n"
+        "tracer.start_as_current_span('adhoc span', attributes={'borg.node.name': 'n', 'other.thing': 2})\n"
     )
     found = violations(sample)
     assert any("made.up" in v for v in found)
     assert any("other.thing" in v for v in found)
     assert any("adhoc span" in v for v in found)
-    assert not any("node.name" in v for v in found)
+    assert not any("borg.node.name" in v for v in found)

@@ -18,7 +18,7 @@ TRACE = {
             "processID": "p1",
             "startTime": 1_000_000,
             "duration": 1500,
-            "tags": [{"key": "node.name", "value": "n1"}],
+            "tags": [{"key": "borg.node.name", "value": "n1"}],
             "references": [],
         },
         {
@@ -36,7 +36,7 @@ TRACE = {
             "processID": "p3",
             "startTime": 1_010_000,
             "duration": 2500,
-            "tags": [{"key": "decision.id", "value": "d-1"}],
+            "tags": [{"key": "borg.decision.id", "value": "d-1"}],
             "references": [
                 {"refType": "CHILD_OF", "traceID": "t1", "spanID": "b"},
                 {"refType": "FOLLOWS_FROM", "traceID": "t9", "spanID": "zz"},
@@ -52,7 +52,7 @@ def test_tree_shape_durations_and_links() -> None:
     assert roots[0].children[0].children[0].links == ["t9…/zz"]
     lines = render(roots)
     assert lines[0].startswith("node-agent: nodestate.v1 publish  [1.50 ms @+0.0 ms]")
-    assert "node.name=n1" in lines[0]
+    assert "borg.node.name=n1" in lines[0]
     assert lines[1].startswith("└─ features: nodestate.v1 process  [0.80 ms @+2.0 ms]")
     assert "referee: referee decide  [2.50 ms @+10.0 ms] links=1" in lines[2]
-    assert "decision.id=d-1" in lines[2]
+    assert "borg.decision.id=d-1" in lines[2]

@@ -24,9 +24,11 @@ import onnxruntime
 import xgboost
 
 from contracts.models import REGIMES, WORKLOAD_CLASSES
+from featurelib.drift_profile import write_profile
 from featurelib.node_features import FEATURE_SCHEMA_VERSION, NODE_FEATURE_NAMES, node_feature_schema_hash
 from services.regime.abstention import judge as judge_rules
 from simulator import holdout_split
+from training.drift_reference import regime_profile
 from training.progress import Progress
 from training.regime.alibaba import alibaba_report
 from training.regime.artifacts import INPUT_NAME, ParityError, VersionDir, new_version, write_json
@@ -202,6 +204,14 @@ def run(args: argparse.Namespace, progress: Progress, *, command: str) -> Path:
         write_json(out.work / "alibaba_report.json", alibaba)
     elif not args.no_alibaba:
         progress(f"alibaba: {ali_path} not found; skipped (set BORG_DATA_DIR or --alibaba)")
+    # the drift stage's reference (docs/drift.md): the calibration windows (the training kinds as the simulator runs
+    # them; the jittered copies widen the classifier's support but are not traffic), the model's raw answers on them
+    ref_probs = models.predict_proba(validation.x)
+    write_profile(out.work, regime_profile(
+        version=version, used=models.feature_names, x_full=validation.x, probs=ref_probs,
+        abstain_mask=judge_rules(validation.x, ref_probs, rules)[0],
+        source=f"calibration windows of the training kinds (simulator seed {args.seed + 5000}, {args.test_nodes} "
+               f"nodes x {args.test_ticks} ticks), written at training time"))
     card = _card(args, version, command, models.feature_names, exported, metrics, train, held_kinds, train_kinds,
                  alibaba, time.perf_counter() - started)
     card["abstention"] = abstention

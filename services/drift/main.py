@@ -1,0 +1,56 @@
+"""``borgctl serve drift``: run the drift stage until SIGTERM.
+
+Failure model (``DRIFT_FAILURE_MODEL_DIR``, default ``models/failure``): its profile's
+probabilities per horizon against risk.v2 task records (prediction drift only).
+
+Reference from the regime model's version in use (``DRIFT_REGIME_MODEL_DIR``, default
+``models/regime``: ``<version>/reference_profile.json``); a repointed ``CURRENT`` is picked up
+within ``MODEL_POLL_S`` seconds and restarts the windows. A version without a profile is
+reported as ``insufficient_data`` with the command that adds one. docs/drift.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from services.drift.processor import (
+    SERVICE,
+    DriftProcessor,
+    Reference,
+    load_failure_reference,
+    load_regime_reference,
+)
+from services.drift.settings import DriftSettings
+from services.runtime.batch_stream import run_stream
+from services.runtime.health import HealthServer
+from services.runtime.model_watch import ModelRefusedError, ModelWatcher
+from services.runtime.service import serve_main
+from services.runtime.stream_io import Sink
+
+log = logging.getLogger(__name__)
+
+
+async def body(settings: DriftSettings, stop: asyncio.Event, health: HealthServer) -> None:
+    references: ModelWatcher[Reference] = ModelWatcher("drift-regime", settings.regime_model_dir,
+                                                       load_regime_reference, poll_s=settings.model_poll_s)
+    failure: ModelWatcher[Reference] | None = None
+    if settings.failure_model_dir is not None and settings.failure_model_dir.exists():
+        try:
+            failure = ModelWatcher("drift-failure", settings.failure_model_dir, load_failure_reference,
+                                   poll_s=settings.model_poll_s)
+        except ModelRefusedError as exc:  # the regime watch does not depend on it
+            log.error("drift: not watching the failure model: %s", exc)
+    async with Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix) as sink:
+        processor = DriftProcessor(settings, sink, references, failure)
+        await run_stream(processor.stream, stop, health,
+                         tasks=(references.run, *((failure.run,) if failure is not None else ())))
+
+
+def main(argv: list[str]) -> int:
+    return serve_main(SERVICE, __doc__, DriftSettings, body, argv, refused=ModelRefusedError)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,39 @@
+"""Settings of the drift service (env prefix ``DRIFT_`` plus the shared stream settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.drift.window import Thresholds
+from services.runtime.stream_settings import StreamSettings
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_DEFAULT = Thresholds()
+
+
+class DriftSettings(StreamSettings):
+    model_config = SettingsConfigDict(env_prefix="DRIFT_", frozen=True, extra="ignore")
+
+    regime_model_dir: Path = Field(default=PROJECT_ROOT / "models" / "regime",
+                                   description="regime model root (with CURRENT): its version's reference_profile.json")
+    failure_model_dir: Path | None = Field(default=PROJECT_ROOT / "models" / "failure",
+                                           description="failure model root: its profile's outputs vs risk.v2 task "
+                                                       "records (unset or missing: regime only)")
+    window_s: float = Field(default=300.0, gt=0, le=86_400, description="sliding window, seconds of event time")
+    report_every_s: float = Field(default=30.0, gt=0, le=3600,
+                                  description="publish one drift.v1 report per model this often (event time)")
+    min_samples: int = Field(default=_DEFAULT.min_samples, ge=1, description="rows a claim needs")
+    feature_threshold: float = Field(default=_DEFAULT.feature_psi, gt=0, description="PSI of one drifted input")
+    data_threshold: float = Field(default=_DEFAULT.data_score, gt=0, description="mean PSI over inputs: data drift")
+    prediction_threshold: float = Field(default=_DEFAULT.prediction_psi, gt=0,
+                                        description="PSI of the answers' distribution: prediction drift")
+    missing_increase: float = Field(default=_DEFAULT.missing_increase, gt=0, le=1,
+                                    description="missing-input share above the reference's that is drift")
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(feature_psi=self.feature_threshold, data_score=self.data_threshold,
+                          prediction_psi=self.prediction_threshold, missing_increase=self.missing_increase,
+                          min_samples=self.min_samples)

@@ -1,0 +1,443 @@
+"""``orchestrator``: the extender's placement plus the three agents and the referee acting on the arena.
+
+Every ``every_ticks`` ticks (default 1: the regime stage publishes a window every 10 s, the live agents
+react to each input within seconds) :class:`Orchestrator` does what the live decision plane does,
+through the same pure code, without Kafka or Kubernetes:
+
+1. **inputs → ClusterView** (``services.agents.view``), as the agents' consumer would have it: a
+   RegimeLabelV2 per node from the :class:`~simulator.arena.world.RegimeObserver`'s latest label
+   (``unknown`` stays ``unknown``), a NodeState per node (CPU / memory utilisation of the tick's
+   simulated counters), a SCHEDULE TaskEvent per running task and a terminal one when it leaves, and
+   ClusterState (queue health by the cluster watcher's own thresholds) cluster-wide and per namespace.
+   Namespaces: ``arena-ls`` (latency-sensitive) and ``arena-batch``. The arena has no anomaly or
+   risk stage and its jobs are not Deployments: those inputs are absent (an optional ``risk`` hook
+   can fill task risk in, the tests use it);
+2. **agents**: ``reliability_policy`` / ``efficiency_policy`` / ``admission_policy`` ``evaluate`` with
+   their default settings on ``view.everything()``; a proposal identical to one sent less than
+   ``repropose_s`` ago is not re-sent (``services.agents.wiring.Agent._is_news``);
+3. **referee**: the tick's proposals grouped per target (the 500 ms decision window is shorter than a
+   tick), ``services.referee.policy.resolve`` in target order with the default RefereeSettings (min
+   score, cooldown, hysteresis, rate limit, disruption budget), then ``settle`` with the arena's outcome;
+4. **acting** (what the actuator would write, and what kube-scheduler then does with it):
+
+   * ``taint`` → the node's taint ``(key, effect)`` is set for ``taint_ttl_s``; ``NoSchedule`` removes the
+     node at the Filter, ``PreferNoSchedule`` is scored by TaintToleration (weight 3, reverse-normalised
+     count of intolerable PreferNoSchedule taints: kubernetes v1.36.3 ``tainttoleration`` and
+     ``helper.DefaultNormalizeScore``). The live referee never removes a taint; the arena lets one expire
+     so a node is not lost for the rest of the run after the model stops calling it contended (while it
+     still does, the agent re-proposes and the taint is set again). The same taint already present is
+     ``refused`` ("no change"), as the actuator does;
+   * ``cordon`` / ``consolidate`` → the node is unschedulable (NodeUnschedulable Filter) for
+     ``cordon_ttl_s``; its tasks keep running and drain as they finish;
+   * ``evict`` → the pod stops and its task is re-queued at the end of the pending queue; the work done
+     is lost (a replacement pod starts over). PDB-like rule: the last running task of a job is never
+     evicted (``refused``, as a PodDisruptionBudget with ``maxUnavailable: 1`` would);
+   * ``hold_admission`` → for ``hold_s`` no new task of the namespace enters the pending queue (the
+     admission webhook rejects new pods; they are resubmitted when the hold lifts); pods already pending
+     still schedule;
+   * ``memory_balloon`` → the pod's memory request shrinks in place (``payload.memory_request_mib``);
+   * Deployment actions (``scale_out``, ``replicate``, ``scale_in``, ``throttle``, ``deprioritize``) cannot
+     arise (no Deployments) and would be ``refused``.
+
+:class:`OrchestratorPolicy` places like :class:`~simulator.arena.aware.ExtenderPolicy` (default Filter,
+extender filter, ``fit + balanced + weight × 10 × extender score``) with the node taints and cordons
+applied: unschedulable and NoSchedule nodes filtered, ``+ 3 × TaintToleration``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Final, Literal
+
+from contracts.models import UNKNOWN_REGIME, ClusterState, NodeState, Proposal, RegimeLabelV2, TaskEvent
+from services.agents import admission_policy, efficiency_policy, reliability_policy
+from services.agents.proposals import Candidate
+from services.agents.settings import AdmissionSettings, EfficiencySettings, ReliabilitySettings
+from services.agents.view import ClusterView
+from services.cluster_watcher.settings import WatcherSettings
+from services.referee.policy import RefereeState, resolve, settle
+from services.referee.settings import RefereeSettings
+from services.scheduler_extender.scoring import RegimeIn, ScoringConfig
+from simulator.arena.arrivals import Arrival
+from simulator.arena.aware import EXTENDER_SCALE, EXTENDER_WEIGHT, ArenaView, ExtenderPolicy, TaskPod
+from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
+from simulator.workloads import CLASS_INDEX
+
+if TYPE_CHECKING:
+    from simulator.arena.loop import Arena
+
+NS_LS: Final = "arena-ls"
+NS_BATCH: Final = "arena-batch"
+CLUSTER: Final = "arena"
+TAINT_WEIGHT: Final = 3  # TaintToleration's weight in the default profile (default_plugins.go)
+MAX_NODE_SCORE: Final = 100
+Outcome = Literal["applied", "refused"]
+RiskHook = Callable[[ClusterView, "Arena", int], None]
+"""Fills ``view.task_risk`` / ``view.node_risk`` before the agents run (the arena has no risk stage)."""
+
+
+def namespace_of(a: Arrival) -> str:
+    return NS_LS if a.latency_sensitive else NS_BATCH
+
+
+def task_key(a: Arrival) -> str:
+    """Kubernetes-style task id ``<namespace>/<pod>`` (what ``proposals.pod_ref`` splits)."""
+    return f"{namespace_of(a)}/t{a.task_id}"
+
+
+@dataclass(frozen=True)
+class OrchestratorConfig:
+    every_ticks: int = 1
+    taint_ttl_s: float = 300.0
+    cordon_ttl_s: float = 600.0
+    hold_s: float = 60.0
+    extender_weight: int = EXTENDER_WEIGHT
+    actions: frozenset[str] | None = None
+    """Action kinds the arena applies (None: all); the others are ``refused`` as an actuator that may not."""
+
+
+@dataclass
+class NodeControl:
+    """What the referee has written on the arena's nodes (taints, cordons) and namespaces (holds)."""
+
+    nodes: int
+    taints: list[dict[tuple[str, str], tuple[str, float]]] = field(default_factory=list)
+    """Per node: (key, effect) → (value, until_s)."""
+    cordoned_until: list[float] = field(default_factory=list)
+    holds: dict[str, float] = field(default_factory=dict)
+    """Namespace → until_s."""
+
+    def __post_init__(self) -> None:
+        self.taints = self.taints or [{} for _ in range(self.nodes)]
+        self.cordoned_until = self.cordoned_until or [float("-inf")] * self.nodes
+
+    def expire(self, t_s: float) -> None:
+        for taints in self.taints:
+            for k in [k for k, (_, until) in taints.items() if until <= t_s]:
+                del taints[k]
+        for ns in [ns for ns, until in self.holds.items() if until <= t_s]:
+            del self.holds[ns]
+
+    def schedulable(self, i: int, t_s: float) -> bool:
+        return self.cordoned_until[i] <= t_s and not any(e == "NoSchedule" for _, e in self.taints[i])
+
+    def prefer_no_schedule(self, i: int) -> int:
+        return sum(1 for _, e in self.taints[i] if e == "PreferNoSchedule")
+
+
+def taint_toleration_scores(counts: Sequence[int]) -> list[int]:
+    """TaintToleration Score + NormalizeScore(reverse) over the scored nodes (int64 arithmetic)."""
+    top = max(counts, default=0)
+    if top == 0:
+        return [MAX_NODE_SCORE] * len(counts)
+    return [MAX_NODE_SCORE - MAX_NODE_SCORE * c // top for c in counts]
+
+
+class OrchestratorPolicy:
+    """The extender's placement on nodes the referee has tainted or cordoned (module docstring)."""
+
+    name = "orchestrator"
+
+    def __init__(self, seed: int, view: ArenaView, control: NodeControl, cfg: ScoringConfig | None = None,
+                 weight: int = EXTENDER_WEIGHT) -> None:
+        self.extender = ExtenderPolicy(seed, view, cfg, weight)
+        self.control = control
+        self.now_s = 0.0
+        self.excluded = 0  # decisions where a taint or cordon removed at least one feasible node
+
+    def choose(self, pod: PodRequest, nodes: Sequence[NodeResources]) -> int | None:
+        feasible = [i for i, node in enumerate(nodes) if fits(pod, node)]
+        allowed = [i for i in feasible if self.control.schedulable(i, self.now_s)]
+        if len(allowed) < len(feasible):
+            self.excluded += 1
+        if not allowed:
+            return None
+        c = CLASS_INDEX[pod.workload_class if isinstance(pod, TaskPod) else "cpu_bound"]
+        cards = self.extender.cards()
+        passed = [i for i in allowed if cards[i].reasons[c] is None]
+        if len(passed) < len(allowed):
+            self.extender.filtered += 1
+        if not passed:
+            return None
+        tt = taint_toleration_scores([self.control.prefer_no_schedule(i) for i in passed])
+        totals = [score(pod, nodes[i]).total + self.extender.weight * EXTENDER_SCALE * cards[i].scores[c]
+                  + TAINT_WEIGHT * t for i, t in zip(passed, tt, strict=True)]
+        best = max(totals)
+        return self.extender._rng.choice([i for i, t in zip(passed, totals, strict=True) if t == best])
+
+
+@dataclass
+class _Sent:
+    fingerprint: tuple[tuple[str, object], ...]
+    ts_ms: int
+
+
+class Orchestrator:
+    """The agents and the referee between the arena's ticks (module docstring); a ``loop.Controller``."""
+
+    def __init__(self, node_names: Sequence[str], policy: OrchestratorPolicy, *, model_version: str = "arena",
+                 cfg: OrchestratorConfig | None = None, epoch_ms: int = 1_700_000_000_000,
+                 risk: RiskHook | None = None, reliability: ReliabilitySettings | None = None,
+                 efficiency: EfficiencySettings | None = None, admission: AdmissionSettings | None = None,
+                 referee: RefereeSettings | None = None) -> None:
+        self.names = list(node_names)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.policy = policy
+        self.control = policy.control
+        self.cfg = cfg or OrchestratorConfig()
+        self.model_version = model_version
+        self.epoch_ms = epoch_ms
+        self.risk = risk
+        self.rel = reliability or ReliabilitySettings()
+        self.eff = efficiency or EfficiencySettings()
+        self.adm = admission or AdmissionSettings()
+        self.ref = referee or RefereeSettings(mode="shadow")
+        self.view = ClusterView()
+        self.state = RefereeState()
+        self.held_back: deque[Arrival] = deque()
+        self._labels: list[RegimeIn | None] = [None] * len(self.names)
+        self._running: dict[str, int] = {}  # task key → node index
+        self._sent: dict[tuple[str, str, str], _Sent] = {}
+        self._seq = 0
+        self.proposals: Counter[str] = Counter()
+        self.actions: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()
+        self.decisions = 0
+        self.cpu_s = 0.0
+        self.taint_effects: Counter[str] = Counter()
+        self.taints_truly_contended = 0
+        self._watcher = WatcherSettings()
+        self._t_s = 0.0
+        self._created: dict[str, float] = {}  # task key → when its current pod was created (re-queued)
+        self._hold_started: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ loop.Controller
+    def held(self) -> int:
+        return len(self.held_back)
+
+    def extra(self, outcome_ticks: int, tick_s: float) -> dict[str, float]:
+        minutes = outcome_ticks * tick_s / 60.0
+        out = {
+            "referee_decisions_per_min": self.decisions / minutes if minutes else 0.0,
+            "actions_per_min": sum(self.actions.values()) / minutes if minutes else 0.0,
+            "orchestrator_cpu_us_per_decision": self.cpu_s / self.decisions * 1e6 if self.decisions else 0.0,
+            "placements_excluded_by_taint_or_cordon": float(self.policy.excluded),
+            "taints_noschedule": float(self.taint_effects["NoSchedule"]),
+            "taints_prefer_noschedule": float(self.taint_effects["PreferNoSchedule"]),
+            "taint_precision": (self.taints_truly_contended / self.actions["taint"]) if self.actions["taint"] else 0.0,
+        }
+        for kind in ("taint", "cordon", "consolidate", "evict", "hold_admission", "memory_balloon"):
+            out[f"proposals_{kind}"] = float(self.proposals[kind])
+            out[f"actions_{kind}"] = float(self.actions[kind])
+        return out
+
+    def now_ms(self, arena: Arena, t_s: float) -> int:
+        start = arena.cluster.start_ms if arena.cluster is not None else self.epoch_ms
+        return start + round(t_s * 1000)
+
+    def step(self, tick: int, t_s: float, arena: Arena, pending: deque[Arrival]) -> None:
+        started = time.process_time()
+        self.policy.now_s = self._t_s = t_s
+        self.control.expire(t_s)
+        self._admit(pending)
+        if tick % self.cfg.every_ticks == 0:
+            now = self.now_ms(arena, t_s)
+            self._update_view(arena, pending, now)
+            if self.risk is not None:
+                self.risk(self.view, arena, now)
+            self._decide(self._propose(now), arena, pending, t_s, now)
+        self.cpu_s += time.process_time() - started
+
+    # ------------------------------------------------------------------ admission holds
+    def _admit(self, pending: deque[Arrival]) -> None:
+        """Hold back what a held namespace submits; put back what a lifted hold kept out.
+
+        Only pods created after the hold began are rejected (a pod pending before it was admitted
+        already); a held-back task re-enters the queue, at its end, when the hold lifts.
+        """
+        if self.held_back:
+            back = [a for a in self.held_back if namespace_of(a) not in self.control.holds]
+            if back:
+                self.held_back = deque(a for a in self.held_back if namespace_of(a) in self.control.holds)
+                for a in back:
+                    self._created[task_key(a)] = self._t_s
+                pending.extend(back)
+        if not self.control.holds or not pending:
+            return
+        keep: deque[Arrival] = deque()
+        for a in pending:
+            ns = namespace_of(a)
+            if ns in self.control.holds and self._created.get(task_key(a), a.submit_s) > self._hold_started[ns]:
+                self.held_back.append(a)
+            else:
+                keep.append(a)
+        pending.clear()
+        pending.extend(keep)
+
+    # ------------------------------------------------------------------ inputs
+    def _update_view(self, arena: Arena, pending: deque[Arrival], now: int) -> None:
+        v = self.view
+        for i, label in enumerate(arena.view.labels):
+            if label is not None and label != self._labels[i]:
+                v.update("regimes.v2", self.names[i], self._regime(self.names[i], label))
+                self._labels[i] = label
+        batch = arena.last_batch
+        self._seq += 1
+        for i, name in enumerate(self.names):
+            if batch is not None:
+                cpu, mem = float(batch.cpu_util[i]), float(batch.mem_util[i])
+            else:  # no counters simulated (tests): requested fractions stand in for utilisation
+                r = arena.resources[i]
+                cpu, mem = r.requested_milli_cpu / r.allocatable_milli_cpu, r.requested_memory / r.allocatable_memory
+            v.update("nodestate.v1", name, NodeState(
+                node=name, ts_ms=now, seq=self._seq, interval_ms=max(1, round(arena.tick_s * 1000)),
+                source="synthetic", pmu="hardware", supported_events=[], cpu_util=min(1.0, max(0.0, cpu)),
+                mem_util=min(1.0, max(0.0, mem))))
+        running: dict[str, tuple[int, Arrival, TaskPod]] = {}
+        for i, tasks in enumerate(arena.residents):
+            for t in tasks:
+                running[task_key(t.arrival)] = (i, t.arrival, t.pod)
+        for key in [k for k in self._running if k not in running]:
+            del self._running[key]
+            v.update("task_events.v1", key, TaskEvent(task_id=key, job_id="gone", task_index=0, ts_ms=now,
+                                                      event="FINISH", source="synthetic"))
+        for key, (i, a, pod) in running.items():
+            if self._running.get(key) == i:
+                continue
+            self._running[key] = i
+            v.update("task_events.v1", key, TaskEvent(
+                task_id=key, job_id=f"j{a.job_id}", task_index=0, ts_ms=now, event="SCHEDULE", source="synthetic",
+                machine=self.names[i], scheduling_class=2 if a.latency_sensitive else 0, cpu_request=a.cpu,
+                memory_request=pod.memory / float(1 << 30), namespace=namespace_of(a)))
+        ready = sum(1 for i in range(len(self.names)) if self.control.cordoned_until[i] <= self._t_s)
+        for ns, state in self._queues(pending, now, ready).items():
+            v.update("clusterstate.v1", ns or "_", state)
+
+    def _regime(self, node: str, label: RegimeIn) -> RegimeLabelV2:
+        unknown = label.regime == UNKNOWN_REGIME
+        return RegimeLabelV2(
+            node=node, ts_ms=label.ts_ms, regime=label.regime,  # type: ignore[arg-type]
+            confidence=0.0 if unknown else min(1.0, max(0.0, label.confidence)),
+            raw_regime=label.regime,  # type: ignore[arg-type]
+            changed=False,
+            interference={} if unknown else {c: min(100.0, max(1.0, s)) for c, s in label.interference},
+            abstain=list(label.abstain or ("low_confidence",))[:3] if unknown else [],  # type: ignore[arg-type]
+            model_version=self.model_version, input_ts_ms=label.ts_ms)
+
+    def _queues(self, pending: deque[Arrival], now: int, ready: int) -> dict[str | None, ClusterState]:
+        """Queue health as the cluster watcher computes it (its default thresholds)."""
+        w = self._watcher
+        running = Counter(k.split("/", 1)[0] for k in self._running)
+        out: dict[str | None, ClusterState] = {}
+        for ns in (None, NS_LS, NS_BATCH):
+            mine = [a for a in pending if ns is None or namespace_of(a) == ns]
+            oldest = max((self._t_s - self._created.get(task_key(a), a.submit_s) for a in mine), default=0.0)
+            oldest = max(0.0, oldest)
+            health: Literal["healthy", "degraded", "critical"]
+            if len(mine) >= w.critical_pending or oldest >= w.critical_age_s:
+                health = "critical"
+            elif len(mine) >= w.degraded_pending or oldest >= w.degraded_age_s:
+                health = "degraded"
+            else:
+                health = "healthy"
+            out[ns] = ClusterState(
+                cluster=CLUSTER, namespace=ns, ts_ms=now, pending_pods=len(mine),
+                running_pods=sum(running.values()) if ns is None else running[ns], oldest_pending_s=round(oldest, 3),
+                queue_health=health, nodes_total=len(self.names), nodes_ready=ready)
+        return out
+
+    # ------------------------------------------------------------------ agents
+    def _propose(self, now: int) -> list[Proposal]:
+        scope = self.view.everything()
+        out: list[Proposal] = []
+        agents: tuple[tuple[str, list[Candidate], float], ...] = (
+            ("reliability", reliability_policy.evaluate(self.view, self.rel, scope, now), self.rel.repropose_s),
+            ("efficiency", efficiency_policy.evaluate(self.view, self.eff, scope, now), self.eff.repropose_s),
+            ("admission", admission_policy.evaluate(self.view, self.adm, scope, now), self.adm.repropose_s),
+        )
+        for agent, candidates, repropose_s in agents:
+            for c in candidates:
+                p = c.proposal
+                slot = (agent, p.target.key(), p.kind)
+                fingerprint = tuple(sorted(p.payload.items()))
+                last = self._sent.get(slot)
+                if last is not None and last.fingerprint == fingerprint and now - last.ts_ms < repropose_s * 1000:
+                    continue
+                self._sent[slot] = _Sent(fingerprint, now)
+                self.proposals[p.kind] += 1
+                out.append(p)
+        return out
+
+    # ------------------------------------------------------------------ referee
+    def _decide(self, proposals: list[Proposal], arena: Arena, pending: deque[Arrival], t_s: float,
+                now: int) -> None:
+        windows: dict[str, list[Proposal]] = {}
+        for p in proposals:
+            windows.setdefault(p.target.key(), []).append(p)
+        for key in sorted(windows):
+            group = windows[key]
+            res = resolve(group[0].target, group, now_ms=now, state=self.state, s=self.ref)
+            self.decisions += 1
+            outcome: Outcome = "refused"
+            if res.chosen is not None and not res.replay:
+                outcome = self._apply(res.chosen, arena, pending, t_s)
+                (self.actions if outcome == "applied" else self.refused)[res.chosen.kind] += 1
+            settle(self.state, res, outcome)
+
+    def _apply(self, p: Proposal, arena: Arena, pending: deque[Arrival], t_s: float) -> Outcome:
+        kind, target = p.kind, p.target
+        if self.cfg.actions is not None and kind not in self.cfg.actions:
+            return "refused"
+        if kind == "taint":
+            i = self.index.get(target.name)
+            if i is None:
+                return "refused"
+            slot = (str(p.payload.get("key")), str(p.payload.get("effect")))
+            value = str(p.payload.get("value", ""))
+            current = self.control.taints[i].get(slot)
+            if current is not None and current[0] == value:
+                return "refused"  # the actuator's "no change: taint already present"
+            self.control.taints[i][slot] = (value, t_s + self.cfg.taint_ttl_s)
+            self.taint_effects[slot[1]] += 1
+            batch = arena.last_batch
+            if batch is not None:  # the simulator's side channel, never an input: was the node contended?
+                self.taints_truly_contended += int(float(batch.slowdown[i].max()) >= self.adm.taint_interference)
+            return "applied"
+        if kind in ("cordon", "consolidate"):
+            i = self.index.get(target.name)
+            if i is None or self.control.cordoned_until[i] > t_s:
+                return "refused"
+            self.control.cordoned_until[i] = t_s + self.cfg.cordon_ttl_s
+            return "applied"
+        if kind == "hold_admission":
+            ns = target.name
+            if ns in self.ref.protected_namespaces or ns in self.control.holds:
+                return "refused"
+            self.control.holds[ns] = t_s + self.cfg.hold_s
+            self._hold_started[ns] = t_s
+            return "applied"
+        if kind in ("evict", "memory_balloon"):
+            key = f"{target.namespace}/{target.name}"
+            node = self._running.get(key)
+            if node is None:
+                return "refused"
+            task = next((t for t in arena.residents[node] if task_key(t.arrival) == key), None)
+            if task is None:
+                return "refused"
+            if kind == "memory_balloon":
+                mib = p.payload.get("memory_request_mib")
+                if not isinstance(mib, int) or mib <= 0 or mib << 20 >= task.pod.memory:
+                    return "refused"
+                arena.resize(node, task, replace(task.pod, memory=mib << 20))
+                return "applied"
+            job = task.arrival.job_id
+            siblings = sum(1 for tasks in arena.residents for t in tasks if t.arrival.job_id == job)
+            if siblings <= 1:
+                return "refused"  # PDB-like: never the job's last running task
+            pending.append(arena.evict(node, task))
+            self._created[key] = t_s
+            return "applied"
+        return "refused"  # Deployment actions: the arena's jobs are not Deployments

@@ -1,0 +1,185 @@
+"""The arena's ``orchestrator``: the agents' and the referee's pure code acting on a tiny synthetic world.
+
+Regime labels are set by hand (no counters, no ONNX model): what the regime stage would have published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from contracts.models import FailureRiskV2, HorizonRisk
+from services.agents.view import ClusterView, Seen
+from services.scheduler_extender.scoring import RegimeIn
+from simulator.arena.arrivals import Arrival
+from simulator.arena.aware import ArenaView, TaskPod
+from simulator.arena.kube_default import NodeResources
+from simulator.arena.loop import NODE_MEMORY, NODE_MILLI_CPU, Arena
+from simulator.arena.orchestrator import (
+    NodeControl,
+    Orchestrator,
+    OrchestratorConfig,
+    OrchestratorPolicy,
+    taint_toleration_scores,
+    task_key,
+)
+from simulator.arena.report import metrics
+
+EPOCH = 1_700_000_000_000
+CLASSES = ("cpu_bound", "memory_bound", "llc_sensitive", "frontend_bound")
+
+
+def contended(slowdown: float = 3.0, confidence: float = 0.95) -> RegimeIn:
+    return RegimeIn(EPOCH, "membw", confidence, tuple((c, slowdown) for c in CLASSES))
+
+
+def calm() -> RegimeIn:
+    return RegimeIn(EPOCH, "none", 0.9, tuple((c, 1.0) for c in CLASSES))
+
+
+def unknown() -> RegimeIn:
+    return RegimeIn(EPOCH, "unknown", 0.0, (), ("low_confidence",))
+
+
+def task(i: int, job: int = 7, submit_s: float = 0.0, work_s: float = 100.0, cpu: float = 0.05) -> Arrival:
+    return Arrival(i, job, submit_s, work_s, cpu, 0.02, True, "search_index", "llc_sensitive", 0.5)
+
+
+def world(arrivals: list[Arrival], nodes: int, labels: list[RegimeIn | None], *, horizon_s: float = 150.0,
+          cfg: OrchestratorConfig | None = None,
+          risk: Callable[[ClusterView, Arena, int], None] | None = None) -> tuple[Arena, Orchestrator]:
+    view = ArenaView(nodes, now_ms=EPOCH, labels=list(labels))
+    policy = OrchestratorPolicy(1, view, NodeControl(nodes))
+    orch = Orchestrator([f"n{i}" for i in range(nodes)], policy, cfg=cfg, epoch_ms=EPOCH, risk=risk)
+    return Arena(arrivals, nodes, policy, view, horizon_s=horizon_s, tick_s=10.0, controller=orch), orch
+
+
+def at_risk(p: float = 0.9, *, from_s: float = 0.0, label: RegimeIn | None = None,
+            until_s: float = 1e9) -> Callable[[ClusterView, Arena, int], None]:
+    """A stand-in risk stage: every running task at failure probability ``p`` from ``from_s`` to ``until_s``;
+    optionally node 0's label is ``label`` over that span and calm after it (the agents read it a step later)."""
+
+    def hook(view: ClusterView, arena: Arena, now_ms: int) -> None:
+        t_s = (now_ms - EPOCH) / 1000
+        if t_s >= until_s:
+            arena.view.labels[0] = calm()._replace(ts_ms=now_ms)
+            view.task_risk.clear()
+        if not from_s <= t_s < until_s:
+            return
+        if label is not None:
+            arena.view.labels[0] = label._replace(ts_ms=now_ms)
+        for tasks in arena.residents:
+            for t in tasks:
+                key = task_key(t.arrival)
+                risk = FailureRiskV2(target_kind="task", target=key, ts_ms=now_ms,
+                                     horizons=[HorizonRisk(horizon_s=600, probability=p)], model_version="test",
+                                     input_ts_ms=now_ms)
+                view.task_risk[key] = Seen(risk, "risk.v2", key, now_ms, now_ms)
+
+    return hook
+
+
+def test_a_contended_node_is_tainted_and_then_gets_no_placements() -> None:
+    arrivals = [task(i, job=i, submit_s=10.0 * i) for i in range(8)]
+    arena, orch = world(arrivals, 2, [contended(), calm()])
+    out = arena.run()
+    assert orch.actions["taint"] == 1  # NoSchedule (predicted 3.0x >= 2.5), set before the first placement
+    assert orch.control.taints[0][("borg-orchestrator.io/contended", "NoSchedule")][0] == "membw"
+    assert {f.node for f in out.finished} == {1}
+    assert orch.policy.excluded == len(arrivals)  # every placement had node 0 feasible and excluded it
+
+
+def test_taints_exclude_or_repel_even_where_the_extender_is_neutral() -> None:
+    # no labels at all: the extender scores both nodes alike; node 0 is empty, so kube-default prefers it
+    view = ArenaView(2)
+    control = NodeControl(2)
+    policy = OrchestratorPolicy(1, view, control)
+    loaded = NodeResources.with_pods(NODE_MILLI_CPU, NODE_MEMORY, [TaskPod(8000, 8 << 30)])
+    nodes = [NodeResources(NODE_MILLI_CPU, NODE_MEMORY), loaded]
+    pod = TaskPod(1000, 1 << 30, "llc_sensitive")
+    assert policy.choose(pod, nodes) == 0
+    control.taints[0][("k", "PreferNoSchedule")] = ("membw", 1e9)
+    assert policy.choose(pod, nodes) == 1  # TaintToleration: 3 x 100 for node 1, 0 for node 0
+    control.taints[0] = {("k", "NoSchedule"): ("membw", 1e9)}
+    control.taints[1] = {("k", "NoSchedule"): ("membw", 1e9)}
+    assert policy.choose(pod, nodes) is None  # nowhere to go: the pod stays pending
+    control.expire(1e9)
+    assert policy.choose(pod, nodes) == 0
+
+
+def test_taint_toleration_normalisation_matches_upstream() -> None:
+    # helper.DefaultNormalizeScore(100, reverse=true): 100 - 100 * count / max count; all 100 when no taint
+    assert taint_toleration_scores([0, 0]) == [100, 100]
+    assert taint_toleration_scores([0, 1, 2]) == [100, 50, 0]
+    assert taint_toleration_scores([1, 3]) == [67, 0]
+
+
+def test_an_eviction_requeues_the_task_and_is_counted_but_never_the_jobs_last() -> None:
+    arrivals = [task(i) for i in range(3)]  # one job, three tasks, all on the only node
+    hook = at_risk(0.9, from_s=20.0, label=contended(), until_s=40.0)
+    # no label before: a calm node would have its pods ballooned, which spends the disruption budget
+    arena, orch = world(arrivals, 1, [None], risk=hook, cfg=OrchestratorConfig(taint_ttl_s=40.0))
+    out = arena.run()
+    assert orch.actions["evict"] == 2 and orch.refused["evict"] >= 1  # the third is the job's last task
+    m = metrics(out)
+    assert m["evictions"] == 2.0 and m["actions_evict"] == 2.0
+    restarted = sorted((f for f in out.finished if f.start_s > 0), key=lambda f: f.start_s)
+    assert len(restarted) == 2
+    # re-queued and placed again once the NoSchedule taint expired; the work done before was lost
+    for f in restarted:
+        assert f.start_s >= 30.0 + 40.0 and f.finish_s - f.start_s >= f.arrival.work_s
+    assert len(out.finished) == 3 and out.unplaced == 0
+
+
+def test_the_disruption_budget_caps_evictions() -> None:
+    arrivals = [task(i, cpu=0.05) for i in range(10)]
+    arena, orch = world(arrivals, 1, [None], risk=at_risk(0.95, from_s=20.0, label=contended()),
+                        horizon_s=60.0)
+    out = arena.run()
+    # nine tasks are evictable (PDB keeps one), the referee allows 5 disruptions per 300 s
+    assert orch.ref.max_disruptions == 5 and orch.ref.disruption_window_s == 300.0
+    assert out.extra["evictions"] == 5.0
+    assert orch.proposals["evict"] >= 9
+
+
+def test_unknown_regimes_never_cause_an_action() -> None:
+    arrivals = [task(i) for i in range(4)]
+    arena, orch = world(arrivals, 2, [unknown(), unknown()], risk=at_risk(0.99), horizon_s=60.0)
+    out = arena.run()
+    for kind in ("taint", "cordon", "evict", "consolidate", "memory_balloon"):
+        assert orch.actions[kind] == 0 and orch.proposals[kind] == 0
+    assert out.extra["evictions"] == 0.0
+    assert all(not t for t in orch.control.taints) and orch.policy.excluded == 0
+
+
+def test_calm_nodes_pods_are_ballooned_and_that_spends_the_disruption_budget() -> None:
+    arrivals = [task(i) for i in range(3)]
+    arena, orch = world(arrivals, 1, [calm()], risk=at_risk(0.9, from_s=20.0, label=contended()))
+    out = arena.run()
+    # three balloons (a disruptive action) at the start leave 2 of the 5 disruptions for evictions
+    assert orch.actions["memory_balloon"] == 3 and orch.actions["evict"] == 2
+    assert out.extra["evictions"] == 2.0
+
+
+def test_an_admission_hold_delays_new_arrivals() -> None:
+    # 3 big tasks fill the only node, so later submissions queue: 50+ pending pods = critical queue
+    big = [Arrival(i, i, 0.0, 400.0, 0.3, 0.02, True, "search_index", "llc_sensitive", 0.5) for i in range(3)]
+    waves = [Arrival(100 + i, 100 + i, 10.0, 10.0, 0.3, 0.02, True, "search_index", "llc_sensitive", 0.5)
+             for i in range(60)]
+    late = [Arrival(500, 500, 30.0, 10.0, 0.01, 0.01, True, "search_index", "llc_sensitive", 0.5)]
+    arena, orch = world(big + waves + late, 1, [None], cfg=OrchestratorConfig(hold_s=100.0), horizon_s=60.0)
+    arena.max_ticks = 6
+    arena.run()
+    assert orch.actions["hold_admission"] == 1 and "arena-ls" in orch.control.holds
+    held = [a.task_id for a in orch.held_back]
+    assert 500 in held  # submitted after the hold began: rejected until it lifts
+    assert all(w.task_id not in held for w in waves)  # pending before the hold: still admitted
+
+
+def test_kinds_left_out_of_the_actions_are_refused_and_release_their_slot() -> None:
+    arrivals = [task(i, job=i, submit_s=10.0 * i) for i in range(4)]
+    arena, orch = world(arrivals, 2, [contended(), calm()], cfg=OrchestratorConfig(actions=frozenset({"evict"})),
+                        horizon_s=60.0)
+    arena.run()
+    assert orch.proposals["taint"] >= 1 and orch.actions["taint"] == 0 and orch.refused["taint"] >= 1
+    assert all(not t for t in orch.control.taints)
+    assert not orch.state.actions  # settle() gave the rate-limit slots back
