@@ -1,4 +1,4 @@
-"""`borgctl bench {pipeline,inference,agent,referee,extender,tracing,stages,reference,all} [--quick] --out FILE`.
+"""`borgctl bench {pipeline,inference,agent,referee,extender,tracing,stages,restore,reference,all} [--quick]`.
 
 Every benchmark shares this harness and writes the one result format
 (`loadtests.bench_format`), with reference ceilings measured in the same run.
@@ -25,6 +25,7 @@ BENCHES: dict[str, tuple[str, str, bool]] = {
     "extender": ("services.scheduler_extender.bench", "run_extender_bench", False),
     "tracing": ("loadtests.bench_tracing", "run_tracing_bench", True),
     "stages": ("loadtests.bench_stages", "run_stages_bench", True),
+    "restore": ("loadtests.bench_restore", "run_restore_bench", True),
 }
 
 
