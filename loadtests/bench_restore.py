@@ -54,7 +54,6 @@ import orjson
 from loadtests.bench_pipeline import _models, _Service, _spawn, _stop
 from loadtests.bench_stages import STAGE_INPUT, _input_records, _ready, _tail, _watch, prefill
 from loadtests.procs import delete_topics
-from services.runtime.kafka_security import kafka_client_options
 
 BENCH = "restore"
 STAGES: tuple[str, ...] = ("features", "regime", "anomaly", "risk")
@@ -167,9 +166,10 @@ async def drain(names: list[str], bootstrap: str, prefix: str, work: Path, env: 
 
 async def changelog_size(bootstrap: str, stem: str) -> Changelog:
     """Records and key + value bytes of every ``<stem>-*-changelog`` topic, read to its end."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
     from services.runtime.admin import connect_admin
+    from services.runtime.changelog import read_to_end
     from services.runtime.stream_settings import PARTITIONS
 
     admin = await connect_admin(bootstrap)
@@ -179,29 +179,12 @@ async def changelog_size(bootstrap: str, stem: str) -> Changelog:
         await admin.close()
     if not topics:
         return Changelog(0, 0)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(), group_id=None,
-                                enable_auto_commit=False, auto_offset_reset="earliest",
-                                isolation_level="read_committed", max_poll_records=10_000,
-                                fetch_max_bytes=64 * MIB)
-    await consumer.start()
     records = size = 0
-    try:
-        # a changelog has one partition per input partition (ensure_changelog refuses anything else)
-        tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
-        remaining = {tp for tp in tps if ends[tp] > await consumer.position(tp)}
-        while remaining:
-            batch = await consumer.getmany(*remaining, timeout_ms=1000)
-            for msgs in batch.values():
-                records += len(msgs)
-                size += sum(max(0, m.serialized_key_size) + max(0, m.serialized_value_size) for m in msgs)
-            for tp in list(remaining):
-                if await consumer.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
-    finally:
-        await consumer.stop()
+    # a changelog has one partition per input partition (ensure_changelog refuses anything else)
+    tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+    async for _tp, msgs in read_to_end(bootstrap, tps):
+        records += len(msgs)
+        size += sum(max(0, m.serialized_key_size) + max(0, m.serialized_value_size) for m in msgs)
     return Changelog(records, size)
 
 

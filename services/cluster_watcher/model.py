@@ -18,7 +18,16 @@ from services.cluster_watcher.settings import WatcherSettings
 from services.runtime.k8s_quantity import GIB, parse_quantity
 
 ClusterKey = str | None  # a namespace, None = the whole cluster
-__all__ = ["ClusterKey", "ClusterModel", "NodeRecord", "Obj"]
+__all__ = ["ClusterKey", "ClusterModel", "NodeRecord", "Obj", "queue_health"]
+
+
+def queue_health(pending: int, oldest_s: float, s: WatcherSettings) -> Literal["healthy", "degraded", "critical"]:
+    """The queue's health from its pending pods and the oldest one's wait (the settings' thresholds)."""
+    if pending >= s.critical_pending or oldest_s >= s.critical_age_s:
+        return "critical"
+    if pending >= s.degraded_pending or oldest_s >= s.degraded_age_s:
+        return "degraded"
+    return "healthy"
 
 
 @dataclass(frozen=True)
@@ -178,13 +187,7 @@ class ClusterModel:
         pending = [p for p in pods if p.node is None]
         oldest = min((p.created_ms for p in pending if p.created_ms is not None), default=None)
         oldest_s = max(0.0, (now_ms - oldest) / 1000.0) if oldest is not None else 0.0
-        health: Literal["healthy", "degraded", "critical"]
-        if len(pending) >= s.critical_pending or oldest_s >= s.critical_age_s:
-            health = "critical"
-        elif len(pending) >= s.degraded_pending or oldest_s >= s.degraded_age_s:
-            health = "degraded"
-        else:
-            health = "healthy"
+        health = queue_health(len(pending), oldest_s, s)
         return ClusterState(
             cluster=s.cluster,
             namespace=namespace,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -81,19 +81,13 @@ async def _wait_for_leaders(admin: Any, topic: str, partitions: int, limit_s: fl
         await asyncio.sleep(0.1)
 
 
-async def read_changelog(bootstrap: str, topic: str, partitions: Iterable[int]) -> dict[int, dict[bytes, bytes]]:
-    """Per partition of the changelog ``topic``: every live key with its newest value."""
-    tps = [TopicPartition(topic, p) for p in sorted(set(partitions))]
-    state: dict[int, dict[bytes, bytes]] = {tp.partition: {} for tp in tps}
-    if not tps:
-        return state
-    started = time.monotonic()
+async def read_to_end(bootstrap: str, tps: list[TopicPartition]) -> AsyncIterator[tuple[TopicPartition, list[Any]]]:
+    """Every committed record of ``tps`` from the beginning to the end offsets seen at the start, in batches."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
                                 group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest", isolation_level="read_committed",
                                 max_poll_records=10_000, fetch_max_bytes=64 * 1024 * 1024)
     await consumer.start()
-    records = 0
     try:
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
@@ -102,20 +96,32 @@ async def read_changelog(bootstrap: str, topic: str, partitions: Iterable[int]) 
         while remaining:
             batch = await consumer.getmany(*remaining, timeout_ms=1000)
             for tp, msgs in batch.items():
-                live = state[tp.partition]
-                for msg in msgs:
-                    records += 1
-                    if msg.key is None:
-                        continue
-                    if msg.value is None:
-                        live.pop(msg.key, None)
-                    else:
-                        live[msg.key] = msg.value
+                yield tp, msgs
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
     finally:
         await consumer.stop()
+
+
+async def read_changelog(bootstrap: str, topic: str, partitions: Iterable[int]) -> dict[int, dict[bytes, bytes]]:
+    """Per partition of the changelog ``topic``: every live key with its newest value."""
+    tps = [TopicPartition(topic, p) for p in sorted(set(partitions))]
+    state: dict[int, dict[bytes, bytes]] = {tp.partition: {} for tp in tps}
+    if not tps:
+        return state
+    started = time.monotonic()
+    records = 0
+    async for tp, msgs in read_to_end(bootstrap, tps):
+        live = state[tp.partition]
+        for msg in msgs:
+            records += 1
+            if msg.key is None:
+                continue
+            if msg.value is None:
+                live.pop(msg.key, None)
+            else:
+                live[msg.key] = msg.value
     log.info("restored %d keys from %d changelog records of %s %s in %.3fs", sum(map(len, state.values())),
              records, topic, sorted(state), time.monotonic() - started)
     return state

@@ -57,6 +57,7 @@ from services.agents import admission_policy, efficiency_policy, reliability_pol
 from services.agents.proposals import Candidate
 from services.agents.settings import AdmissionSettings, EfficiencySettings, ReliabilitySettings
 from services.agents.view import ClusterView
+from services.cluster_watcher.model import queue_health
 from services.cluster_watcher.settings import WatcherSettings
 from services.referee.policy import RefereeState, resolve, settle
 from services.referee.settings import RefereeSettings
@@ -336,13 +337,7 @@ class Orchestrator:
             mine = [a for a in pending if ns is None or namespace_of(a) == ns]
             oldest = max((self._t_s - self._created.get(task_key(a), a.submit_s) for a in mine), default=0.0)
             oldest = max(0.0, oldest)
-            health: Literal["healthy", "degraded", "critical"]
-            if len(mine) >= w.critical_pending or oldest >= w.critical_age_s:
-                health = "critical"
-            elif len(mine) >= w.degraded_pending or oldest >= w.degraded_age_s:
-                health = "degraded"
-            else:
-                health = "healthy"
+            health = queue_health(len(mine), oldest, w)
             out[ns] = ClusterState(
                 cluster=CLUSTER, namespace=ns, ts_ms=now, pending_pods=len(mine),
                 running_pods=sum(running.values()) if ns is None else running[ns], oldest_pending_s=round(oldest, 3),
