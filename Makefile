@@ -9,7 +9,7 @@ export PIP_CACHE_DIR ?= $(BORG_CACHE)/pip
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: run test lint venv stack stack-down bench schemas unit load soak
+.PHONY: run test lint venv stack stack-down bench schemas unit load soak compose-smoke
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || { echo "creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
@@ -57,3 +57,7 @@ load: venv
 ## soak: 10 minutes at a steady rate; fails on any lost message or memory growth
 soak: venv
 	@$(VENV)/bin/borgctl load soak --rate 600 --minutes 10 --out load/soak
+
+## compose-smoke: docker-compose.yml for real (podman + Docker Compose v2), load, checks, down -v
+compose-smoke: venv
+	@bash scripts/compose-smoke.sh

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import signal
 import sys
-from collections.abc import Callable
 
 from borgctl import stack
 from borgctl.errors import UserError
@@ -16,37 +14,81 @@ from borgctl.registry import SERVICES, service
 
 INFRA_NAMES = [i.name for i in stack.INFRA]
 
-# Commands whose arguments are owned by another package: (module, function).
-DELEGATED: dict[str, tuple[str, str, str]] = {
-    "replay": ("loadtests.replay", "main", "replay recorded or synthetic traffic onto the topics"),
-    "bench": ("loadtests.bench", "main", "benchmarks: pipeline, inference, agent, referee, extender"),
-    "trace": ("borgctl.trace", "main", "print a decision's trace from Jaeger as a tree"),
-    "model": ("borgctl.model", "main", "model versions: status, promote, rollback"),
-    "load": ("loadtests.scenario", "main", "ramped load scenario and soak runs"),
+# Commands whose arguments are owned by another package. Each entry is imported when its command
+# runs (training pulls in xgboost, loadtests matplotlib), with plain imports so that import-linter
+# sees borgctl's edges like any other.
+
+
+def _delegated(name: str, argv: list[str]) -> int:
+    if name == "replay":
+        from loadtests.replay import main as entry
+    elif name == "bench":
+        from loadtests.bench import main as entry
+    elif name == "trace":
+        from borgctl.trace import main as entry
+    elif name == "model":
+        from borgctl.model import main as entry
+    elif name == "trainer":
+        from training.trainer import main as entry
+    else:
+        from loadtests.scenario import main as entry
+    return entry(argv)
+
+
+DELEGATED: dict[str, str] = {
+    "replay": "replay recorded or synthetic traffic onto the topics",
+    "bench": "benchmarks: pipeline, inference, agent, referee, extender",
+    "trace": "print a decision's trace from Jaeger as a tree",
+    "model": "model versions: status, promote, rollback",
+    "load": "ramped load scenario and soak runs",
+    "trainer": "retrain from the topics on a schedule or on drift.v1 (one run at a time)",
 }
 STOP_ON_SIGTERM = frozenset({"replay", "bench", "load"})
 """Long-running commands that start processes or topics: SIGTERM stops them as Ctrl-C does (exit 130)."""
-TRAIN = {
-    "failure": ("training.cli", "train_failure"),
-    "regime": ("training.cli", "train_regime"),
-    "anomaly": ("training.cli", "train_anomaly"),
-    "forecast": ("training.forecast.cli", "train_forecast"),
-    "placement": ("training.placement.cli", "train_placement"),
-}
-EVAL = {"failure": ("training.cli", "eval_failure"), "failure-rolling": ("training.cli", "eval_failure_rolling"),
-        "regime": ("training.regime.evaluate", "eval_regime"), "forecast": ("training.forecast.cli", "eval_forecast")}
-EVAL["arena"] = ("borgctl.arena", "eval_arena")  # placement policies (docs/arena.md); --live: loadtests/arena_live
 
 
-def _load(module: str, func: str, what: str) -> Callable[[list[str]], int]:
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            raise UserError(f"`{what}` is not available in this build ({module} is missing)", 2) from None
-        raise
-    fn: Callable[[list[str]], int] = getattr(mod, func)
-    return fn
+def _train(model: str, argv: list[str]) -> int:
+    if any(a == "--from-topics" or a.startswith("--from-topics=") for a in argv):
+        from training.from_topics import main as from_topics
+
+        return from_topics(model, argv)
+    if model == "forecast":
+        from training.forecast.cli import train_forecast
+
+        return train_forecast(argv)
+    if model == "placement":
+        from training.placement.cli import train_placement
+
+        return train_placement(argv)
+    from training import cli
+
+    return {"failure": cli.train_failure, "regime": cli.train_regime, "anomaly": cli.train_anomaly}[model](argv)
+
+
+def _eval(model: str, argv: list[str]) -> int:
+    if model in ("failure", "failure-rolling"):
+        from training import cli
+
+        return (cli.eval_failure if model == "failure" else cli.eval_failure_rolling)(argv)
+    if model == "regime":
+        from training.regime.evaluate import eval_regime
+
+        return eval_regime(argv)
+    if model == "forecast":
+        from training.forecast.cli import eval_forecast
+
+        return eval_forecast(argv)
+    if model == "drift":  # the continuous-learning loop on the real broker (docs/drift.md)
+        from loadtests.eval_drift import main as eval_drift
+
+        return eval_drift(argv)
+    from borgctl.arena import eval_arena  # placement policies (docs/arena.md); --live: loadtests/arena_live
+
+    return eval_arena(argv)
+
+
+TRAIN = ("failure", "regime", "anomaly", "forecast", "placement")
+EVAL = ("failure", "failure-rolling", "regime", "forecast", "arena", "drift")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -92,13 +134,16 @@ def cmd_topics(args: argparse.Namespace) -> int:
     from services.runtime.admin import create_topics, describe_topics
     from services.runtime.settings import RuntimeSettings, load_settings
 
+    settings = load_settings(RuntimeSettings)
     if args.replication is None:
-        args.replication = load_settings(RuntimeSettings).topic_replication
+        args.replication = settings.topic_replication
     elif not 1 <= args.replication <= 5:
         raise UserError(f"--replication {args.replication}: must be 1..5")
     try:
         if args.action == "create":
-            created = asyncio.run(create_topics(bootstrap(), prefix=args.prefix, replication=args.replication))
+            counts = {spec.name: settings.partitions_of(spec.name) for spec in TOPICS}
+            created = asyncio.run(create_topics(bootstrap(), prefix=args.prefix, replication=args.replication,
+                                                partitions=counts))
             print(f"created {len(created)}: {', '.join(created) or '(all present)'}")
         states = asyncio.run(describe_topics(bootstrap(), [f"{args.prefix}{t.name}" for t in TOPICS]))
     except Exception as exc:
@@ -114,7 +159,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
             ok = False
             print(f"{name:<22}{'-':>11}  {'-':<9} {'MISSING':<10} {spec.key}")
             continue
-        match = state.partitions == spec.partitions and state.cleanup_policy == spec.cleanup_policy
+        match = state.partitions == settings.partitions_of(spec.name) and state.cleanup_policy == spec.cleanup_policy
         ok &= match
         print(
             f"{name:<22}{state.partitions:>11}  {state.cleanup_policy:<9} {'ok' if match else 'DIFFERS':<10} {spec.key}"
@@ -175,20 +220,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("rest", nargs=argparse.REMAINDER)
     serve.set_defaults(fn=cmd_serve)
 
-    for name, (_module, _func, help_text) in DELEGATED.items():
+    for name, help_text in DELEGATED.items():
         p = sub.add_parser(name, help=help_text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(fn=lambda a, n=name: _load(DELEGATED[n][0], DELEGATED[n][1], n)(a.rest))
+        p.set_defaults(fn=lambda a, n=name: _delegated(n, a.rest))
 
     train = sub.add_parser("train", help="train a model: failure, regime, anomaly, forecast", add_help=False)
     train.add_argument("model", choices=sorted(TRAIN))
     train.add_argument("rest", nargs=argparse.REMAINDER)
-    train.set_defaults(fn=lambda a: _load(*TRAIN[a.model], f"train {a.model}")(a.rest))
+    train.set_defaults(fn=lambda a: _train(a.model, a.rest))
 
-    ev = sub.add_parser("eval", help="evaluate: failure, failure-rolling, regime, forecast, arena", add_help=False)
+    ev = sub.add_parser("eval", help="evaluate: failure, failure-rolling, regime, forecast, arena, drift",
+                        add_help=False)
     ev.add_argument("model", choices=sorted(EVAL))
     ev.add_argument("rest", nargs=argparse.REMAINDER)
-    ev.set_defaults(fn=lambda a: _load(*EVAL[a.model], f"eval {a.model}")(a.rest))
+    ev.set_defaults(fn=lambda a: _eval(a.model, a.rest))
     return parser
 
 
@@ -198,15 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Delegated commands own their arguments (argparse's REMAINDER drops leading options).
         if argv and argv[0] in DELEGATED:
-            module, func, _ = DELEGATED[argv[0]]
             if argv[0] in STOP_ON_SIGTERM:
                 # as Ctrl-C: the command's clean-up runs (child processes stopped, scratch topics deleted)
                 signal.signal(signal.SIGTERM, signal.default_int_handler)
-            return _load(module, func, argv[0])(argv[1:])
-        if len(argv) >= 2 and argv[0] in ("train", "eval"):
-            table = TRAIN if argv[0] == "train" else EVAL
-            if argv[1] in table:
-                return _load(*table[argv[1]], f"{argv[0]} {argv[1]}")(argv[2:])
+            return _delegated(argv[0], argv[1:])
+        if len(argv) >= 2 and argv[0] == "train" and argv[1] in TRAIN:
+            return _train(argv[1], argv[2:])
+        if len(argv) >= 2 and argv[0] == "eval" and argv[1] in EVAL:
+            return _eval(argv[1], argv[2:])
         args = parser.parse_args(argv)
         code: int = args.fn(args)
         return code

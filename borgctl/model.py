@@ -7,6 +7,13 @@ kind, every ONNX file's sha256 as the card lists it) before it moves ``CURRENT``
 rename — and appends the version it replaced to ``CURRENT.history``; ``rollback`` moves ``CURRENT``
 back to the newest entry there. A stage refuses a version whose feature schema differs from what it
 computes and keeps the one it has (its log and ``borg_model_reloads_total{outcome="refused"}`` say so).
+
+Progressive rollout (docs/rollout.md): ``shadow KIND VERSION`` has the stages score VERSION beside
+``CURRENT`` without serving it; ``promote KIND VERSION --progressive [--dwell S]`` serves it on 10 %,
+then 50 %, then 100 % of nodes (stable hash of the node name), one step per dwell while its online
+metrics are no worse than the current model's, after which the stage makes it ``CURRENT``. ``pause``,
+``resume``, ``rollback`` and a plain ``promote`` act on a rollout under way; ``status`` shows its step,
+the dwell left and the shadow comparison the stages last wrote.
 """
 
 from __future__ import annotations
@@ -14,15 +21,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from borgctl.errors import UserError
+from services.runtime import rollout
 from services.runtime.model_watch import CARD_FILE, CURRENT_FILE, ModelRefusedError, verify_sha256
+from services.runtime.rollout import RolloutState
 
-HISTORY_FILE = "CURRENT.history"
+HISTORY_FILE = rollout.HISTORY_FILE
+DEFAULT_DWELL_S = float(os.environ.get("ROLLOUT_DWELL_S", "600"))
 DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "models"
 
 
@@ -76,18 +88,92 @@ def check_version(kind_root: Path, version: str) -> dict[str, Any]:
 def promote(kind_root: Path, version: str) -> str | None:
     """Make ``version`` the served one; returns the version it replaced."""
     check_version(kind_root, version)
-    before = current(kind_root)
-    if before == version:
-        return before
-    if before is not None:
-        with (kind_root / HISTORY_FILE).open("a") as out:
-            out.write(before + "\n")
-    _write_atomically(kind_root / CURRENT_FILE, version + "\n")
-    return before
+    state = rollout.read_state(kind_root)
+    if state is not None and state.active:
+        # a plain promote ends a rollout under way: done if it names the candidate, replaced otherwise
+        done = state.candidate == version
+        _record(kind_root, state, "promoted" if done else "rolled_back",
+                "operator promoted it" if done else f"operator promoted {version} instead")
+    return rollout.switch_current(kind_root, version)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _record(kind_root: Path, state: RolloutState, status: rollout.Status, reason: str) -> RolloutState:
+    now = _now_ms()
+    after = rollout.replace_status(state, status, reason, now)
+    if status == "running":
+        after = replace(after, step_started_ms=now)  # resume: the step's dwell starts again
+    rollout.write_state(kind_root, after)
+    rollout.append_event(kind_root, {"ts_ms": now, "model": kind_root.name, "from": state.status, "status": status,
+                                     "step": after.step + 1, "fraction": after.fraction,
+                                     "candidate": after.candidate, "baseline": after.baseline, "reason": reason,
+                                     "by": "borgctl"})
+    return after
+
+
+def start(kind_root: Path, version: str, *, progressive: bool, dwell_s: float) -> RolloutState:
+    """Begin a shadow comparison (``progressive`` False) or a progressive rollout of ``version``."""
+    check_version(kind_root, version)
+    served = current(kind_root)
+    if served == version:
+        raise UserError(f"{kind_root.name}: {version} is already served (CURRENT)")
+    before = rollout.read_state(kind_root)
+    if before is not None and before.active and before.candidate != version:
+        raise UserError(f"{kind_root.name}: a rollout of {before.candidate} is under way ({before.status}); "
+                        "roll it back or promote it first")
+    now = _now_ms()
+    if before is not None and before.active and before.candidate == version:
+        if not progressive or before.status != "shadow":
+            raise UserError(f"{kind_root.name}: {version} is already {before.status}")
+        started = before.started_ms  # shadow → rollout keeps the comparison gathered so far
+    else:  # a new rollout: another id than the last one (a stage that vetoed that one must follow this)
+        started = now if before is None else max(now, before.started_ms + 1)
+    state = RolloutState(kind=kind_root.name, candidate=version, baseline=served,
+                         status="running" if progressive else "shadow", step=0, dwell_s=dwell_s,
+                         started_ms=started, step_started_ms=now, updated_ms=now,
+                         reason="operator started a progressive rollout" if progressive else "operator started shadow")
+    rollout.write_state(kind_root, state)
+    rollout.append_event(kind_root, {"ts_ms": now, "model": kind_root.name, "from": None if before is None
+                                     else before.status, "status": state.status, "step": 1,
+                                     "fraction": state.fraction, "candidate": version, "baseline": served,
+                                     "reason": state.reason, "by": "borgctl"})
+    return state
+
+
+def _active(kind_root: Path) -> RolloutState:
+    state = rollout.read_state(kind_root)
+    if state is None or not state.active:
+        raise UserError(f"{kind_root.name}: no rollout under way")
+    return state
+
+
+def pause(kind_root: Path) -> RolloutState:
+    state = _active(kind_root)
+    if state.status != "running":
+        raise UserError(f"{kind_root.name}: the rollout of {state.candidate} is {state.status}, not running")
+    return _record(kind_root, state, "paused", "operator paused it")
+
+
+def resume(kind_root: Path) -> RolloutState:
+    state = _active(kind_root)
+    if state.status != "paused":
+        raise UserError(f"{kind_root.name}: the rollout of {state.candidate} is {state.status}, not paused")
+    return _record(kind_root, state, "running", "operator resumed it")
 
 
 def rollback(kind_root: Path) -> str:
-    """Serve the version ``promote`` last replaced again; returns it."""
+    """End a rollout under way (the current model serves every node again), else serve the version
+    ``promote`` last replaced again; returns the version served."""
+    state = rollout.read_state(kind_root)
+    if state is not None and state.active:
+        _record(kind_root, state, "rolled_back", "operator rolled it back")
+        served = current(kind_root)
+        if served is None:
+            raise UserError(f"{kind_root / CURRENT_FILE}: missing")
+        return served
     past = history(kind_root)
     if not past:
         raise UserError(f"{kind_root / HISTORY_FILE}: no earlier version to roll back to")
@@ -122,6 +208,48 @@ def status_lines(root: Path) -> list[str]:
         past = history(kind_root)
         if past:
             lines.append(f"    rollback → {past[-1]}")
+        lines.extend(rollout_lines(kind_root))
+    return lines
+
+
+def _shadow(kind_root: Path, state: RolloutState) -> list[dict[str, Any]]:
+    """What each stage replica last wrote about this rollout's comparison."""
+    out = []
+    for path in sorted(kind_root.glob(f"{rollout.SHADOW_PREFIX}*.json")):
+        try:
+            record: dict[str, Any] = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if record.get("started_ms") == state.started_ms:
+            out.append({"instance": path.name[len(rollout.SHADOW_PREFIX):-5], **record})
+    return out
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else "-" if value is None else str(value)
+
+
+def rollout_lines(kind_root: Path) -> list[str]:
+    state = rollout.read_state(kind_root)
+    if state is None:
+        return []
+    now = _now_ms()
+    if state.status == "shadow":
+        where = "shadow only (served on no node)"
+    else:
+        where = f"step {state.step + 1}/{len(state.steps)} ({state.fraction:.0%} of nodes)"
+    lines = [f"    rollout of {state.candidate} (baseline {state.baseline or '-'}): {state.status}, {where}"]
+    if state.status == "running":
+        lines.append(f"      dwell left {rollout.dwell_remaining_s(state, now):.0f} s of {state.dwell_s:g} s")
+    if state.reason:
+        lines.append(f"      why: {state.reason}")
+    for record in _shadow(kind_root, state):
+        age = (now - int(record.get("ts_ms", now))) / 1000
+        metrics = ", ".join(f"{m} {_fmt(record.get(m + '_current'))} → {_fmt(record.get(m + '_candidate'))}"
+                            for m in ("accuracy", "coverage") if m + "_current" in record)
+        lines.append(f"      shadow [{record['instance']}, {age:.0f} s ago]: agreement {_fmt(record.get('agreement'))}"
+                     f" over {record.get('compared', 0)} windows, labelled {record.get('labelled', 0)}"
+                     + (f"; {metrics}" if metrics else ""))
     return lines
 
 
@@ -131,21 +259,42 @@ def main(argv: list[str]) -> int:
                         help="model roots (default: the repository's models/, or $BORG_MODELS_DIR)")
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("status", help="served and available versions per model kind")
-    p = sub.add_parser("promote", help="serve VERSION of KIND (checked first)")
+    p = sub.add_parser("promote", help="serve VERSION of KIND (checked first); --progressive: 10/50/100 %% of nodes")
     p.add_argument("kind")
     p.add_argument("version")
-    r = sub.add_parser("rollback", help="serve the version the last promote replaced")
+    p.add_argument("--progressive", action="store_true",
+                   help="roll out step by step, rolled back automatically when its online metrics are worse")
+    p.add_argument("--dwell", type=float, default=DEFAULT_DWELL_S,
+                   help="seconds per step (default $ROLLOUT_DWELL_S or 600)")
+    sh = sub.add_parser("shadow", help="score VERSION beside the served one on live traffic, serve it nowhere")
+    sh.add_argument("kind")
+    sh.add_argument("version")
+    for name, what in (("pause", "hold a rollout at its step"), ("resume", "let a paused rollout move on")):
+        sub.add_parser(name, help=what).add_argument("kind")
+    r = sub.add_parser("rollback", help="end a rollout under way, else serve the version the last promote replaced")
     r.add_argument("kind")
     args = parser.parse_args(argv)
+    if args.action == "promote" and args.dwell <= 0:
+        parser.error("--dwell must be > 0")
     try:
         if args.action == "status":
             if not args.models.is_dir():
                 raise UserError(f"{args.models}: no model directory")
             print("\n".join(status_lines(args.models)))
+        elif (args.action == "promote" and args.progressive) or args.action == "shadow":
+            state = start(_kind_root(args.models, args.kind), args.version, progressive=args.action == "promote",
+                          dwell_s=args.dwell if args.action == "promote" else DEFAULT_DWELL_S)
+            what = (f"step 1/{len(state.steps)} ({state.fraction:.0%} of nodes), {state.dwell_s:g} s per step"
+                    if state.status == "running" else "shadow only")
+            print(f"{args.kind}: rollout of {args.version} started, {what}; stages follow within ROLLOUT_POLL_S")
         elif args.action == "promote":
             before = promote(_kind_root(args.models, args.kind), args.version)
             print(f"{args.kind}: serving {args.version} (was {before or 'nothing'}); stages pick it up within "
                   "MODEL_POLL_S")
+        elif args.action in ("pause", "resume"):
+            state = (pause if args.action == "pause" else resume)(_kind_root(args.models, args.kind))
+            print(f"{args.kind}: rollout of {state.candidate} {state.status} at step {state.step + 1}/"
+                  f"{len(state.steps)} ({state.fraction:.0%} of nodes)")
         else:
             version = rollback(_kind_root(args.models, args.kind))
             print(f"{args.kind}: serving {version} again")

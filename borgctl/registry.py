@@ -40,7 +40,7 @@ SERVICES: tuple[ServiceEntry, ...] = (
     ServiceEntry(name="anomaly", module="services.anomaly.main", description="features.v1 → anomalies.v1 (ONNX)"),
     ServiceEntry(name="risk", module="services.risk.main", description="taskevents.v1 + features.v1 → risk.v2 (ONNX)"),
     ServiceEntry(name="drift", module="services.drift.main",
-                 description="features.v1 + regimes.v2 + risk.v2 → drift.v1 (PSI vs reference profiles)"),
+                 description="features.v1 + regimes.v2 + risk.v2 + taskevents.v1 → drift.v1 (PSI, concept drift)"),
     ServiceEntry(name="forecast", module="services.forecast.main", description="features.v1 → forecasts.v1 (ONNX)"),
     ServiceEntry(
         name="agent-reliability", module="services.agents.reliability", description="A: replicate / scale out"

@@ -5,14 +5,14 @@ are the one place that reads or writes them.
 
 :func:`extract_trace` and :func:`build_headers` run once per message in every stream
 stage, so the common case (one well-formed version-00 ``traceparent``, no ``tracestate``,
-the default W3C propagators) is parsed and formatted here directly; anything else goes
-through OpenTelemetry's propagator exactly as before. The result is the same either way
-(``tests/unit/test_trace_fastpath.py`` checks it against the propagator).
+the default W3C propagators) is parsed and formatted directly (``contracts.fast.traceparent``,
+behind its opentelemetry-api guard); anything else goes through OpenTelemetry's propagator
+exactly as before. The result is the same either way (``tests/unit/test_trace_fastpath.py``
+checks it against the propagator).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from enum import Enum
 
@@ -21,16 +21,11 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.propagate import get_global_textmap
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import TextMapPropagator
-from opentelemetry.trace import (
-    DEFAULT_TRACE_STATE,
-    INVALID_SPAN_CONTEXT,
-    NonRecordingSpan,
-    SpanContext,
-    TraceFlags,
-    get_current_span,
-)
-from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace import DEFAULT_TRACE_STATE, INVALID_SPAN_CONTEXT, SpanContext, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from contracts.fast import traceparent as fast_traceparent
+from contracts.fast.traceparent import span_context_in as span_context_in  # re-exported: callers build contexts here
 
 Headers = list[tuple[str, bytes]]
 CONTENT_TYPE = "application/json"
@@ -40,11 +35,6 @@ _TRACE_HEADERS = (TRACEPARENT, TRACESTATE)
 
 _W3C = TraceContextTextMapPropagator()
 
-# A traceparent the fast path takes: version 00, lowercase hex, nothing around it. Anything
-# else (other versions, padding, suffixes, upper case) is left to the propagator's own rules.
-_TRACEPARENT_00 = re.compile(rb"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-# The 256 possible flag bytes -> TraceFlags, instead of int() + TraceFlags() per message.
-_TRACE_FLAGS: dict[bytes, TraceFlags] = {b"%02x" % i: TraceFlags(i) for i in range(256)}
 # Header pairs that never change: built once instead of per message.
 _CONTENT_TYPE_HEADER: tuple[str, bytes] = ("content-type", CONTENT_TYPE.encode())
 _SCHEMA_HEADERS: dict[str, tuple[str, bytes]] = {}
@@ -126,16 +116,7 @@ def _traceparent_in(items: Sequence[tuple[str, bytes]]) -> bytes | _Propagator |
 def _parsed_parent(traceparent: bytes) -> SpanContext | None:
     """What TraceContextTextMapPropagator.extract makes of this header alone (remote, no
     tracestate), or None where the propagator itself must decide."""
-    match = _TRACEPARENT_00.fullmatch(traceparent)
-    if match is None or not _w3c_global():
-        return None
-    trace_id = int(match[1], 16)
-    span_id = int(match[2], 16)
-    if not trace_id or not span_id:  # all-zero ids are invalid: the propagator returns an empty context
-        return None
-    # SpanContext(trace_id, span_id, True, flags, None) without its argument handling: the ids
-    # are non-zero and within 128 / 64 bits (32 / 16 hex digits), so it is valid.
-    return tuple.__new__(SpanContext, (trace_id, span_id, True, _TRACE_FLAGS[match[3]], DEFAULT_TRACE_STATE, True))
+    return fast_traceparent.parse(traceparent) if _w3c_global() else None
 
 
 def extract_trace(headers: Iterable[tuple[str, bytes]] | None) -> otel_context.Context:
@@ -167,12 +148,6 @@ def remote_parent(headers: Sequence[tuple[str, bytes]] | None) -> SpanContext | 
     return _parsed_parent(traceparent)
 
 
-def span_context_in(span_context: SpanContext) -> otel_context.Context:
-    """``set_span_in_context(NonRecordingSpan(span_context), Context())``: a context holding
-    only that span (built directly, as ``set_value`` would copy an empty one)."""
-    return otel_context.Context({_SPAN_KEY: NonRecordingSpan(span_context)})
-
-
 def _schema_header(schema: str) -> tuple[str, bytes]:
     pair = _SCHEMA_HEADERS.get(schema) if type(schema) is str else None
     if pair is None:
@@ -187,18 +162,13 @@ def build_headers(schema: str, ctx: otel_context.Context | None = None) -> Heade
     span_context = get_current_span(ctx).get_span_context()
     if span_context is INVALID_SPAN_CONTEXT:  # no span: the propagator would write nothing
         return [_CONTENT_TYPE_HEADER, _schema_header(schema)]
-    if span_context.__class__ is SpanContext:
-        # One unpack of the (declared) tuple instead of five property calls; the exact-class
-        # check keeps a subclass or another layout on the propagator path.
-        trace_id, span_id, _remote, flags, state, valid = span_context
-        # A valid context is formatted as TraceContextTextMapPropagator.inject does (valid
-        # implies 0 < ids <= max); plain ints only, so the bytes cannot differ.
-        if valid and type(trace_id) is int and type(span_id) is int and type(flags) in (TraceFlags, int):
-            out: Headers = [_CONTENT_TYPE_HEADER, _schema_header(schema),
-                            (TRACEPARENT, b"00-%032x-%016x-%02x" % (trace_id, span_id, flags))]
-            if state is not DEFAULT_TRACE_STATE and state:  # after traceparent, as the propagator does
-                out.append((TRACESTATE, state.to_header().encode("ascii")))
-            return out
+    value = fast_traceparent.value_of(span_context)
+    if value is not None:
+        out: Headers = [_CONTENT_TYPE_HEADER, _schema_header(schema), (TRACEPARENT, value)]
+        state = span_context.trace_state
+        if state is not DEFAULT_TRACE_STATE and state:  # after traceparent, as the propagator does
+            out.append((TRACESTATE, state.to_header().encode("ascii")))
+        return out
     carrier: dict[str, str] = {}
     inject_trace(carrier, ctx)
     out = [_CONTENT_TYPE_HEADER, _schema_header(schema)]

@@ -335,6 +335,27 @@ class ActionResult(Contract):
     trace_id: str | None = None
 
 
+class UnsupportedAction(Contract):
+    action: ProposalKind
+    missing: Annotated[list[Annotated[str, Field(max_length=253)]], Field(min_length=1, max_length=16)] = Field(
+        description="the `<groupVersion> <resource>` entries of API discovery the action's requests need and "
+                    "the API server does not serve")
+
+
+class ClusterCapabilities(Contract):
+    """capabilities.v1: which actions the cluster's API can carry out, from API discovery.
+
+    Written by the referee's actuator at start and on every refresh (``REFEREE_CAPABILITIES_REFRESH_S``);
+    the agents propose nothing the latest record lists as unsupported (docs/decision_plane.md).
+    """
+
+    cluster: Name
+    ts_ms: TimestampMs
+    supported: Annotated[list[ProposalKind], Field(max_length=32)]
+    unsupported: Annotated[list[UnsupportedAction], Field(max_length=32)] = Field(default_factory=list)
+    reporter: Name = Field(description="the referee instance that read API discovery")
+
+
 class DeadLetter(Contract):
     """An input that could not be handled, with everything needed to replay it."""
 
@@ -454,6 +475,20 @@ class FeatureDrift(Contract):
     reference_missing_rate: Probability
 
 
+class ConceptDrift(Contract):
+    """One horizon of a model's online accuracy on matured labels vs its card's held-out figures (drift.v1)."""
+
+    horizon_s: Annotated[int, Field(gt=0)]
+    status: Literal["drift", "no_drift", "insufficient_data"]
+    labels: NonNegInt = Field(description="matured, uncensored predictions in the window")
+    positives: NonNegInt = Field(description="of which the task failed within the horizon")
+    aucpr: Probability | None = Field(default=None, description="average precision on the window (None: one class)")
+    brier: Probability | None = None
+    reference_aucpr: Probability | None = Field(default=None, description="the card's held-out AUCPR")
+    reference_brier: Probability | None = None
+    reference_positive_rate: Probability | None = None
+
+
 class DriftReport(Contract):
     """drift.v1: one model's live inputs and answers compared with the reference profile it shipped with.
 
@@ -484,3 +519,7 @@ class DriftReport(Contract):
         default_factory=dict, description="share of each answer in the window")
     missing_rate: Probability | None = Field(default=None, description="mean share of missing inputs in the window")
     reference_missing_rate: Probability | None = None
+    concept_status: Literal["drift", "no_drift", "insufficient_data"] | None = Field(
+        default=None, description="concept drift from delayed labels (failure model); None: not checked")
+    concept: Annotated[list[ConceptDrift], Field(max_length=8)] = Field(
+        default_factory=list, description="online accuracy per horizon on matured labels (failure model)")

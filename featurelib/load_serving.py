@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Final
 
-from featurelib.node_features import FEATURE_INDEX
+from featurelib.node.schema import FEATURE_INDEX
 
 CPU_COLUMN: Final = FEATURE_INDEX["cpu_util_mean_10s"]
 MEM_COLUMN: Final = FEATURE_INDEX["mem_util_mean_10s"]

@@ -59,7 +59,7 @@ import orjson
 import psutil
 
 from borgctl.errors import UserError
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC, Topic
 from loadtests.procs import delete_topics
 from services.runtime.kafka_security import kafka_client_options
 
@@ -74,7 +74,7 @@ FEATURES_WORKERS = 2
 """features processes in one consumer group, as ``deploy/base/features`` runs it (2 replicas)."""
 PROGRESS_EVERY_S = 15.0
 """How often a step in progress reports to stderr."""
-SIDE_OUTPUTS = {"anomalies.v1": "anomaly", RISK_TOPIC: "risk"}
+SIDE_OUTPUTS = {Topic.ANOMALIES: "anomaly", RISK_TOPIC: "risk"}
 """Outputs off the regime path whose latency is reported beside it (their services run at a higher niceness)."""
 
 
@@ -179,7 +179,7 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
                    seed: int) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(*(prefix + t for t in ("features.v1", REGIMES_TOPIC, *SIDE_OUTPUTS)),
+    consumer = AIOKafkaConsumer(*(prefix + t for t in (Topic.FEATURES, REGIMES_TOPIC, *SIDE_OUTPUTS)),
                                 bootstrap_servers=bootstrap, **kafka_client_options(),
                                 group_id=None, auto_offset_reset="latest", enable_auto_commit=False,
                                 max_poll_records=5000)
@@ -227,7 +227,7 @@ async def _measure(bootstrap: str, prefix: str, nodes: int, seconds: float, serv
                 side = side_latencies.get(SIDE_OUTPUTS.get(topic, ""))
                 if side is not None:
                     side += [received * 1000 - orjson.loads(r.value)["input_ts_ms"] for r in records]
-                elif topic == "features.v1":
+                elif topic == Topic.FEATURES:
                     for r in records:
                         doc = orjson.loads(r.value)
                         samples += doc["samples"]
@@ -473,7 +473,7 @@ async def _drain(bootstrap: str, prefix: str, limit_s: float = 60.0) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     group = f"{prefix}borg-features"
-    topic = prefix + "nodestate.v1"
+    topic = prefix + Topic.NODESTATE
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_client_options(),
                                 group_id=group, enable_auto_commit=False)
     await consumer.start()

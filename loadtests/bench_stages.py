@@ -69,6 +69,7 @@ from typing import Any
 
 import orjson
 
+from contracts.topics import Topic
 from loadtests.bench_pipeline import _models, _Service, _spawn, _stop
 from loadtests.procs import delete_topics
 from services.runtime.kafka_security import kafka_client_options
@@ -96,8 +97,8 @@ BATCH_MAX = 2000
 """Records per fetched batch, as the model stages fetch by default (``batch_stream.MODEL_BATCH_MAX``)."""
 COMMIT_INTERVAL_S = 1.0
 """As regime, anomaly and risk commit by default (features: every 5 s; a commit a second costs little)."""
-STAGE_INPUT = {"features": "nodestate.v1", "regime": "features.v1", "anomaly": "features.v1", "risk": "features.v1",
-               "forecast": "features.v1"}
+STAGE_INPUT = {"features": Topic.NODESTATE, "regime": Topic.FEATURES, "anomaly": Topic.FEATURES, "risk": Topic.FEATURES,
+               "forecast": Topic.FEATURES}
 
 
 def _log(message: str) -> None:

@@ -61,10 +61,10 @@ from loadtests.chaos_faults import (
 )
 from loadtests.chaos_report import report
 from loadtests.harness import Harness, RunConfig, RunData
+from loadtests.harness_cli import EXIT_FAILED, EXIT_KAFKA, EXIT_USAGE, parse_env
 from loadtests.load_plan import Phase, node_name, nodes_for
 from loadtests.private_stack import PrivateApiserver, PrivateBroker, StackError
 from loadtests.procs import PIPELINE, ServiceProc
-from loadtests.scenario import EXIT_FAILED, EXIT_KAFKA, EXIT_USAGE, parse_env
 
 HOP_S = 10
 """The features window hop: the flush phase must close one (as in the soak)."""

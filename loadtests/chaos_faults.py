@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from contracts.topics import Topic
 from loadtests import harness as harness_module
 from loadtests.accounting import FLUSH_PHASE
 from loadtests.chaos_rules import Applied, group_series, lag_bound, recovered_at
@@ -148,7 +149,7 @@ class ChaosObserver(OutputObserver):
 
     async def start(self) -> None:
         self._consumer = await watching_consumer(
-            self.bootstrap, [f"{self.prefix}{t}" for t in (*OBSERVED, "clusterstate.v1")])
+            self.bootstrap, [f"{self.prefix}{t}" for t in (*OBSERVED, Topic.CLUSTERSTATE)])
 
     async def run(self, stop: asyncio.Event) -> None:
         assert self._consumer is not None, "start() first"
@@ -165,16 +166,16 @@ class ChaosObserver(OutputObserver):
                 for record in records:
                     self.take(base, record.key, record.value, record.timestamp)
                 # the watcher's heartbeat never stops: it must not keep the drain from seeing quiet outputs
-                if records and base != "clusterstate.v1":
+                if records and base != Topic.CLUSTERSTATE:
                     self.last_record_at = time.time()
 
     def take(self, base: str, key: bytes | None, raw: bytes | None, record_ts_ms: int) -> None:
-        if raw is not None and base in ("actions.v1", "clusterstate.v1"):
+        if raw is not None and base in (Topic.ACTIONS, Topic.CLUSTERSTATE):
             try:
                 value = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 value = None
-            if isinstance(value, dict) and base == "actions.v1":
+            if isinstance(value, dict) and base == Topic.ACTIONS:
                 self.actions.append(Applied(record_ts_ms / 1000.0, str(value.get("decision_id")),
                                             str(value.get("outcome"))))
             elif value is not None:
@@ -312,7 +313,7 @@ class Controller:
                 return None
             points.append(min(later))
         if fault.kind == "kafka":
-            later_sec = [s for s, n in obs.series["features.v1"].per_second.items() if n and s + 1 > fault.t_back]
+            later_sec = [s for s, n in obs.series[Topic.FEATURES].per_second.items() if n and s + 1 > fault.t_back]
             if not later_sec:
                 return None
             points.append(float(min(later_sec)))

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import matplotlib
 
+from contracts.topics import Topic
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
@@ -35,7 +37,7 @@ def timeline(harness: Harness, data: RunData, faults: Sequence[Fault], path: Pat
     lag_ax.set_ylabel("consumer lag (messages)")
     lag_ax.set_yscale("symlog", linthresh=100)
     series: dict[str, list[tuple[float, float]]] = {"nodestate.v1 sent": rates(data.progress)}
-    for topic in ("features.v1", REGIMES_TOPIC, "actions.v1"):
+    for topic in (Topic.FEATURES, REGIMES_TOPIC, Topic.ACTIONS):
         per_second = harness.observer.series[topic].per_second
         if per_second:  # a second without output is a 0, not a gap to draw a line across
             first, last = min(per_second), max(per_second)

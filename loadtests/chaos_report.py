@@ -13,8 +13,8 @@ from loadtests.bench_format import Result, write_results
 from loadtests.chaos_faults import ChaosObserver, Controller, Fault, SupervisedPipeline, progress
 from loadtests.chaos_rules import BASELINE_CASE, attribute, duplicate_actions, loss_times, missing_windows
 from loadtests.harness import Harness, RunData, write_timeline
+from loadtests.harness_cli import finish
 from loadtests.observe import PER_WINDOW_OUTPUTS
-from loadtests.scenario import finish
 
 BENCH = "chaos"
 

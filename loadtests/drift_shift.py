@@ -24,13 +24,9 @@ import numpy as np
 from contracts import FeatureVector
 from contracts.models import UNKNOWN_REGIME
 from featurelib.drift_profile import read_profile
-from featurelib.node_features import (
-    FEATURE_INDEX,
-    as_model_input,
-    features_for_stream,
-    node_feature_schema_hash,
-    sample_from_dict,
-)
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.schema import FEATURE_INDEX, as_model_input, node_feature_schema_hash
+from featurelib.node.windows import features_for_stream
 from simulator import SyntheticCluster, holdout_split
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import orjson
 
+from contracts.topics import Topic
 from loadtests.keydist import ZipfKeys
 from loadtests.load_plan import Phase, node_name, nodes_for
 from loadtests.taskgen import TaskEvents
@@ -65,7 +66,7 @@ class Generator:
         return list(zip(self.encoder.keys, values, strict=True))
 
 
-def paced_publisher(producer: Any, base_topic: str = "nodestate.v1") -> Any:
+def paced_publisher(producer: Any, base_topic: str = Topic.NODESTATE) -> Any:
     """A BatchPublisher that can hand over its partly filled batches without waiting for acks.
 
     The replay path ships a partition's batch only when it is full (1 MB): right for
@@ -131,12 +132,12 @@ async def drive(args: argparse.Namespace, phases: list[Phase]) -> int:
     try:
         publisher = paced_publisher(producer)
         await publisher.start()
-        headers = build_headers("nodestate.v1")
+        headers = build_headers(Topic.NODESTATE)
         tasks = TaskEvents(args.task_rate, seed=args.seed) if args.task_rate > 0 else None
-        task_publisher = paced_publisher(producer, "taskevents.v1") if tasks is not None else None
+        task_publisher = paced_publisher(producer, Topic.TASKEVENTS) if tasks is not None else None
         if task_publisher is not None:
             await task_publisher.start()
-        task_headers = build_headers("taskevents.v1")
+        task_headers = build_headers(Topic.TASKEVENTS)
         emit("ready", t=time.time())
         next_progress = time.time() + 1.0
         t_phase = time.time()

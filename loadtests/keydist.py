@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
+from contracts.topics import Topic
 from loadtests.sources import Chunk, Clock, Record, ReplaySource
 
 KeyDistribution = Literal["uniform", "zipf"]
@@ -83,7 +84,7 @@ class ZipfSource:
     """A NodeState ReplaySource whose chunks are re-keyed by ZipfKeys."""
 
     def __init__(self, inner: ReplaySource, s: float = 1.1) -> None:
-        if inner.base_topic != "nodestate.v1":
+        if inner.base_topic != Topic.NODESTATE:
             raise ValueError(f"--keys zipf applies to NodeState sources, not {inner.base_topic}")
         self.inner = inner
         self.base_topic = inner.base_topic

@@ -45,11 +45,12 @@ from typing import Any
 
 import orjson
 
+from contracts.topics import Topic
 from services.runtime.kafka_security import kafka_client_options
 from services.runtime.partitioning import default_partition
 
-NODESTATE_TOPIC = "nodestate.v1"
-TASK_TOPIC = "taskevents.v1"
+NODESTATE_TOPIC = Topic.NODESTATE
+TASK_TOPIC = Topic.TASKEVENTS
 SLICES = 20
 """Sends per second: node ``i`` is sent in slice ``i // ceil(N / SLICES)``."""
 SPLICED_FIELDS = ("node", "ts_ms", "seq")

@@ -30,19 +30,19 @@ import psutil
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.runtime.kafka_security import kafka_client_options
 
 log = logging.getLogger(__name__)
 
-STREAM_OUTPUTS = ("features.v1", REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC)
+STREAM_OUTPUTS = (Topic.FEATURES, REGIMES_TOPIC, Topic.ANOMALIES, RISK_TOPIC)
 """Outputs of the stream processors (latency = output produce time − input_ts_ms)."""
-TERMINAL_OUTPUTS = (REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC)
-DECISION_OUTPUTS = ("proposals.v1", "decisions.v1")
-PER_WINDOW_OUTPUTS = {REGIMES_TOPIC: "regime", "anomalies.v1": "anomaly"}
+TERMINAL_OUTPUTS = (REGIMES_TOPIC, Topic.ANOMALIES, RISK_TOPIC)
+DECISION_OUTPUTS = (Topic.PROPOSALS, Topic.DECISIONS)
+PER_WINDOW_OUTPUTS = {REGIMES_TOPIC: "regime", Topic.ANOMALIES: "anomaly"}
 """Outputs with one message per FeatureVector, keyed (node, window end), and the service producing them.
 (risk.v2 is not: risk scores tasks on task events and re-scores, joining the node's latest features.)"""
-OBSERVED = (*STREAM_OUTPUTS, *DECISION_OUTPUTS, "actions.v1", "deadletter.v2")
+OBSERVED = (*STREAM_OUTPUTS, *DECISION_OUTPUTS, Topic.ACTIONS, Topic.DEADLETTER)
 
 
 @dataclass
@@ -71,7 +71,7 @@ class FeatureWindow:
 
 def output_latency_ms(base_topic: str, value: dict[str, Any], record_ts_ms: int) -> float | None:
     """The end-to-end latency one output record stands for, or None when it carries no input time."""
-    if base_topic == "decisions.v1":
+    if base_topic == Topic.DECISIONS:
         inputs = [p.get("input_ts_ms") for p in value.get("proposals", ())]
         known = [int(i) for i in inputs if isinstance(i, int | float)]
         return float(record_ts_ms - max(known)) if known else None
@@ -162,17 +162,17 @@ class OutputObserver:
             self.decode_errors += 1
             return
         t_s = record_ts_ms / 1000.0
-        if base == "deadletter.v2":
+        if base == Topic.DEADLETTER:
             src = self.base(str(value.get("source_topic", "?")))
             self.dead_letters[(src, str(value.get("error_kind", "?")))] += 1
             self.dead_letter_times.append(t_s)
-            if src == "nodestate.v1":
+            if src == Topic.NODESTATE:
                 ident = nodestate_id(value)
                 if ident is None:
                     self.dead_unattributed += 1
                 else:
                     self.dead_nodestates.add(ident)
-            elif src == "features.v1" and self.keep_windows:
+            elif src == Topic.FEATURES and self.keep_windows:
                 window = window_id(value)
                 if window is not None:
                     self.dead_windows[str(value.get("service", "?"))].add(window)
@@ -185,7 +185,7 @@ class OutputObserver:
             series.t.append(t_s)
             series.latency_ms.append(latency)
         if self.keep_windows:
-            if base == "features.v1":
+            if base == Topic.FEATURES:
                 node, end = str(value["node"]), int(value["ts_ms"])
                 self.windows.append(FeatureWindow(node, end, int(value["window_s"]), int(value["samples"])))
             elif base in PER_WINDOW_OUTPUTS:

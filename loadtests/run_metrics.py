@@ -27,6 +27,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
+from contracts.topics import Topic
 from loadtests.bench_format import Result, percentile
 from loadtests.harness import Harness, RunData
 from loadtests.load_plan import StepOutcome, Window, rate_between, step_points, step_rate_between
@@ -158,7 +159,7 @@ class WindowMetrics:
                 add(f"e2e:{topic}", "latency_p50", p50, "ms")
                 add(f"e2e:{topic}", "latency_p99", p99, "ms")
                 stream_p[topic] = (p50, p99)
-        terminal = [t for t in TERMINAL_OUTPUTS if t in stream_p] or [t for t in ("features.v1",) if t in stream_p]
+        terminal = [t for t in TERMINAL_OUTPUTS if t in stream_p] or [t for t in (Topic.FEATURES,) if t in stream_p]
         e2e: list[float] = []
         for topic in terminal:
             e2e += self.h.observer.series[topic].latencies_between(w.start_s, w.end_s)
@@ -177,7 +178,7 @@ class WindowMetrics:
             offered=offered,
             achieved=achieved,
             stream_p99_ms=stream_p99,
-            decision_p99_ms=stream_p["decisions.v1"][1] if "decisions.v1" in stream_p else None,
+            decision_p99_ms=stream_p[Topic.DECISIONS][1] if Topic.DECISIONS in stream_p else None,
             dead_letters=dead,
         )
         return rows, outcome

@@ -26,12 +26,21 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from loadtests.bench_format import Result, write_results
-from loadtests.harness import Harness, KafkaUnreachableError, RunConfig, RunData, write_timeline
+from loadtests.harness import Harness, KafkaUnreachableError, RunData, write_timeline
+from loadtests.harness_cli import (
+    EXIT_KAFKA,
+    EXIT_USAGE,
+    base_config,
+    broker_restarts,
+    finish,
+    parse_env,
+    plot_lag,
+    say,
+)
 from loadtests.load_plan import (
     QUICK_HOLD_S,
     QUICK_WARMUP_S,
@@ -47,13 +56,7 @@ from loadtests.load_plan import (
 )
 from loadtests.procs import select_services
 from loadtests.profiling import ProfileRequest, start_record, summarise
-from loadtests.run_metrics import BENCH, WindowMetrics, group_lag_series
-
-EXIT_OK, EXIT_MISSED, EXIT_USAGE, EXIT_KAFKA, EXIT_FAILED = 0, 1, 2, 3, 4
-
-
-def say(message: str) -> None:
-    print(f"load: {message}", file=sys.stderr, flush=True)
+from loadtests.run_metrics import BENCH, WindowMetrics
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -106,34 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_chaos(sub)
     return parser
-
-
-def parse_env(items: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--env {item!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
-
-
-def base_config(args: argparse.Namespace, phases: list[Any], services: list[str]) -> RunConfig:
-    return RunConfig(
-        bootstrap=args.bootstrap,
-        out_dir=args.out,
-        services=services,
-        phases=phases,
-        keys=args.keys,
-        zipf_s=args.zipf_s,
-        seed=args.seed,
-        task_rate=args.task_rate if args.task_rate is not None else (30.0 if "risk" in services else 0.0),
-        ready_timeout_s=args.ready_timeout,
-        keep_topics=args.keep_topics,
-        extra_env=parse_env(args.env),
-        otel=args.otel,
-        optional_services=args.services in ("all", "stream"),
-    )
 
 
 # --- ramp ----------------------------------------------------------------------------------
@@ -297,15 +272,6 @@ def plot_ramp(harness: Harness, data: RunData, rows: list[dict[str, Any]], out: 
     plot_lag(harness, data, out / "lag.png", t0)
 
 
-def plot_lag(harness: Harness, data: RunData, path: Path, t0: float) -> None:
-    from loadtests import plots
-
-    lag = {g[len(data.prefix):]: [(t, float(v)) for t, v in group_lag_series(harness.lag.samples, g)]
-           for g in sorted(harness.lag.known_groups)}
-    plots.series_over_time(lag, path, title="Consumer lag per group", ylabel="messages behind", t0=t0,
-                           marks=data.phase_starts)
-
-
 def print_summary(outcomes: list[StepOutcome], rows: list[dict[str, Any]], data: RunData) -> None:
     print(f"{'offered':>9} {'sent':>9} {'achieved':>9} {'p50 ms':>8} {'p99 ms':>8} {'dead':>5}")
     for o in outcomes:
@@ -317,26 +283,6 @@ def print_summary(outcomes: list[StepOutcome], rows: list[dict[str, Any]], data:
               f"{val('ramp:e2e', 'latency_p50'):>8} {val('ramp:e2e', 'latency_p99'):>8} {o.dead_letters:>5}")
     if data.aborted:
         print(f"stopped early: {data.aborted}")
-
-
-def broker_restarts(harness: Harness, mode: str) -> list[Result]:
-    """A restarted broker (a shared machine) explains latency spikes: say so, and record it."""
-    times = harness.procs.restarts.get("kafka", [])
-    if times:
-        say(f"WARNING: the broker restarted {len(times)} time(s) during the run; latency and lag include the outage")
-    return [Result(BENCH, f"{mode}:kafka", "restarts", float(len(times)), "count")]
-
-
-def finish(data: RunData, violations: list[str]) -> int:
-    if data.error:
-        say(f"FAILED: {data.error}")
-        return EXIT_FAILED
-    for v in violations:
-        say(f"MISSED {v}")
-    if violations:
-        return EXIT_MISSED
-    say("all thresholds met")
-    return EXIT_OK
 
 
 def setup_logging(out: Path) -> None:

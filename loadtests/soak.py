@@ -21,13 +21,13 @@ import orjson
 from loadtests.accounting import FLUSH_PHASE, Accounting, StageAccounting, account, account_stage, read_ticks
 from loadtests.bench_format import Result, write_results
 from loadtests.harness import Harness, KafkaUnreachableError, RunData, rss_points, write_timeline
+from loadtests.harness_cli import EXIT_KAFKA, base_config, broker_restarts, finish, plot_lag, say
 from loadtests.load_plan import Phase, Thresholds, Window, check_soak, second_half_growth, settle_s
 from loadtests.observe import PER_WINDOW_OUTPUTS
 from loadtests.run_metrics import BENCH, WindowMetrics
-from loadtests.scenario import EXIT_KAFKA, base_config, broker_restarts, finish, plot_lag, say
 
 HOP_S = 10
-"""The features service's window hop (featurelib.node_features.HOP_MS): the flush must close one."""
+"""The features service's window hop (featurelib.node.schema.HOP_MS): the flush must close one."""
 QUICK_SOAK_MIN = 0.75
 NOT_CHECKED = ("driver", "runner", "kafka", "system")
 """Processes whose RSS is reported but not held to --max-rss-growth-mb."""

@@ -9,6 +9,7 @@ from typing import Any, Final
 import numpy as np
 
 from contracts.models import REGIMES, WORKLOAD_CLASSES
+from featurelib.node.counters import NODE_COUNTERS
 from simulator.workloads import (
     GENTLE_LIMIT,
     KINDS,
@@ -21,25 +22,9 @@ from simulator.workloads import (
     validate_kinds,
 )
 
-EVENTS: Final = (
-    "cycles",
-    "instructions",
-    "cache-references",
-    "cache-misses",
-    "LLC-loads",
-    "LLC-load-misses",
-    "branch-instructions",
-    "branch-misses",
-    "stalled-cycles-frontend",
-    "stalled-cycles-backend",
-    "ref-cycles",
-    "mem-bandwidth-bytes",
-    "task-clock",
-    "context-switches",
-    "cpu-migrations",
-    "page-faults",
-)
-"""Counter names (canonical, see services/node_agent/events.py); task-clock in ns, bandwidth in bytes."""
+EVENTS: Final = NODE_COUNTERS
+"""Counter names (``featurelib/node/counters.py``), the columns of ``TickBatch.values``; task-clock in ns, bandwidth
+in bytes."""
 COL: Final = {name: i for i, name in enumerate(EVENTS)}
 MULTIPLEXABLE: Final = tuple(
     COL[n]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 import orjson
 
@@ -26,6 +26,7 @@ from contracts import ContractError, decode
 from contracts.base import Contract
 from contracts.models import (
     AnomalyScore,
+    ClusterCapabilities,
     ClusterState,
     Counter,
     DeploymentState,
@@ -37,12 +38,13 @@ from contracts.models import (
     LoadQuantiles,
     NodeState,
     Proposal,
+    ProposalKind,
     RegimeLabelV2,
     TargetRef,
     TaskEvent,
 )
-from contracts.topics import FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, topic_spec
-from featurelib.node_features import N_FEATURES, node_feature_schema_hash
+from contracts.topics import CAPABILITIES_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, topic_spec
+from featurelib.node.schema import N_FEATURES, node_feature_schema_hash
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -145,6 +147,13 @@ def _proposal() -> Proposal:
                     score=0.2, evidence=[evidence], ts_ms=CORPUS_TS_MS)
 
 
+def _capabilities() -> ClusterCapabilities:
+    # every action supported: the agents read this topic, and a corpus case with a valid value must not
+    # change what they may propose to the good records after the corpus
+    return ClusterCapabilities(cluster="corpus-cluster", ts_ms=CORPUS_TS_MS, supported=list(get_args(ProposalKind)),
+                               reporter="corpus-referee")
+
+
 SHAPES: Final[dict[str, Shape]] = {
     "nodestate.v1": Shape(NodeState, "node", "seq", ("cpu_util",), _node_state),
     "features.v1": Shape(FeatureVector, "node", "samples", ("values", 0), _feature_vector),
@@ -155,6 +164,7 @@ SHAPES: Final[dict[str, Shape]] = {
     RISK_TOPIC: Shape(FailureRiskV2, "target", "tasks", ("horizons", 0, "probability"), _failure_risk),
     FORECASTS_TOPIC: Shape(LoadForecast, "node", "history_buckets", ("quantiles", 0, "p50"), _load_forecast),
     "proposals.v1": Shape(Proposal, "proposal_id", "ts_ms", ("score",), _proposal),
+    CAPABILITIES_TOPIC: Shape(ClusterCapabilities, "cluster", "ts_ms", ("ts_ms",), _capabilities),
 }
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from contracts.models import REGIMES, UNKNOWN_REGIME
 from featurelib.drift_profile import ReferenceProfile, build_profile, write_profile
-from featurelib.node_features import FEATURE_INDEX
+from featurelib.node.schema import FEATURE_INDEX
 from services.regime.model import load_regime_model
 from simulator import holdout_split
 

@@ -146,7 +146,7 @@ def private_scheduler(
         stop_process(proc)
 
 
-def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 15.0) -> None:
     """SIGTERM, then SIGKILL after ``grace_s``."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

@@ -1,6 +1,6 @@
 """The live arena: the offline arena's comparison through the real system, at small scale (issue 21 item 2).
 
-    borgctl eval arena --live [--quick] [--policies kube-default,extender] [--seed N] [--nodes N]
+    borgctl eval arena --live [--quick] [--policies kube-default,extender,orchestrator] [--seed N] [--nodes N]
                               [--horizon-s S] [--task-events DIR | --synthetic JOBS] --out DIR
 
 For each policy, on the same arrivals (``simulator.arena.arrivals``: the Google 2011 trace or its
@@ -8,7 +8,9 @@ synthetic stand-in, held-out workload kinds only) and a fresh set of kwok nodes:
 
 * a private kube-scheduler places the tasks: the default profile (``kube-default``), or the project's
   extender configuration calling a real ``scheduler-extender`` process (``extender``), which reads
-  the regime labels of a real ``features`` → ``regime`` pipeline on Kafka;
+  the regime labels of a real ``features`` → ``regime`` pipeline on Kafka; ``orchestrator`` adds a
+  real ``agent-admission`` and a real ``referee`` applying its decisions to the API server (taints the
+  private scheduler then honours), as the offline ``orchestrator`` acts between ticks;
 * each task is a Job that kwok keeps Running for its run time (time-compressed by ``time_scale``);
 * every second the simulator (``simulator.arena.world.ArenaCluster``) turns the kinds actually
   running on each node (the pods' labels, where the API server says they run) into that node's PMU
@@ -42,6 +44,7 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
+from contracts.topics import Topic, topic_spec
 from loadtests.arena_live.kube import (
     ArenaKube,
     LiveTask,
@@ -53,11 +56,13 @@ from loadtests.arena_live.kube import (
 from services.runtime.kafka_security import kafka_client_options
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICIES: Final = ("kube-default", "extender")
+POLICIES: Final = ("kube-default", "extender", "orchestrator")
+DEFAULT_POLICIES: Final = ("kube-default", "extender")
+"""``orchestrator`` runs when asked (``--policies``): two more processes and a third pass."""
 SLO_SLOWDOWN: Final = 1.25
 NODE_CPU_M: Final = 16_000
 NODE_MEMORY_MIB: Final = 64 * 1024
-NODESTATE: Final = "nodestate.v1"
+NODESTATE: Final = Topic.NODESTATE
 WARMUP_LIMIT_S: Final = 120.0
 
 
@@ -240,6 +245,56 @@ async def _extender_counts(port: int) -> dict[str, float]:
     return out
 
 
+def name_of(run_id: str, policy: str) -> str:
+    """The private scheduler's name (and the orchestrator's cluster name) of one policy's pass."""
+    return f"arena-{run_id}-{policy}"
+
+
+async def _action_counts(bootstrap: str, prefix: str, say: Callable[[str], None]) -> dict[str, float]:
+    """The referee's ActionResults of the pass, by outcome (``actions_applied``, ``actions_refused`` …) and the
+    taints among those applied (``taints_applied``); each refusal or failure is told through ``say``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from contracts import ActionResult, ContractError, decode
+
+    topic = f"{prefix}{Topic.ACTIONS}"
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **kafka_client_options())
+    await consumer.start()
+    out: dict[str, float] = {f"actions_{o}": 0.0 for o in ("applied", "refused", "failed")}
+    out["decisions_declined"] = 0.0
+    out["taints_applied"] = 0.0
+    try:
+        tps = [TopicPartition(topic, p) for p in range(topic_spec(Topic.ACTIONS).partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + 20
+
+        async def behind() -> bool:
+            return any([await consumer.position(tp) < ends[tp] for tp in tps])
+
+        while await behind() and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for r in records:
+                    try:
+                        result = decode(ActionResult, r.value)
+                    except ContractError:
+                        continue
+                    # a "none" decision (no proposal qualified) is the referee declining, not a refused write
+                    key = "decisions_declined" if result.action == "none" else f"actions_{result.outcome}"
+                    out[key] = out.get(key, 0.0) + 1
+                    if result.action == "none":
+                        say(f"orchestrator: declined on {result.target.key()}: {result.message[:200]}")
+                    elif result.outcome in ("refused", "failed"):
+                        say(f"orchestrator: {result.action} on {result.target.key()} {result.outcome}: "
+                            f"{result.message[:200]}")
+                    elif result.outcome == "applied" and result.action == "taint":
+                        out["taints_applied"] += 1
+    finally:
+        await consumer.stop()
+    return out
+
+
 @dataclass(frozen=True)
 class LiveContext:
     bootstrap: str
@@ -273,10 +328,21 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         await create_topics(ctx.bootstrap, prefix=prefix)
         nodes = await arena.create(size.nodes, cpu=str(NODE_CPU_M // 1000), memory=f"{NODE_MEMORY_MIB}Mi")
         extender_url = None
-        if policy == "extender":
+        if policy in ("extender", "orchestrator"):
             port = _free_port()
             env = {"KAFKA_BOOTSTRAP": ctx.bootstrap, "BORG_TOPIC_PREFIX": prefix}
-            procs = [
+            if policy == "orchestrator":
+                # the deciding side: the admission agent's taints, applied by the referee to this run's nodes
+                procs = [
+                    _spawn("agent-admission", ["agent-admission"],
+                           {**env, "AGENT_ADMISSION_GROUP_ID": f"{prefix}agent-admission"}, ctx.work),
+                    _spawn("referee", ["referee"],
+                           {**env, "REFEREE_MODE": "apply", "REFEREE_KUBECONFIG": str(ctx.kubeconfig),
+                            "REFEREE_GROUP_ID": f"{prefix}referee", "REFEREE_CLUSTER": name_of(run_id, policy),
+                            "LOG_LEVEL": "INFO"},
+                           ctx.work),
+                ]
+            procs += [
                 _spawn("features", ["features"], env, ctx.work),
                 _spawn("regime", ["regime"], env, ctx.work),
                 _spawn(
@@ -288,7 +354,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
             ]
             await _wait_ready(procs)
             extender_url = f"http://127.0.0.1:{port}"
-        name = f"arena-{run_id}-{policy}"
+        name = name_of(run_id, policy)
         sched = scheduler_config(name, ctx.kubeconfig.parent / "scheduler.kubeconfig", extender_url)
         await producer.start()
         cluster = ArenaCluster(size.nodes, ctx.seed, interval_ms=1000, node_names=nodes)
@@ -348,6 +414,8 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         out = ledger.metrics()
         if procs:
             out.update(await _extender_counts(procs[-1].health))
+        if policy == "orchestrator":
+            out.update(await _action_counts(ctx.bootstrap, prefix, ctx.progress))
         out["placed"] = float(sum(1 for r in runs if r.node))
         out["unfinished"] = float(sum(1 for r in runs if r.phase not in ("Succeeded", "Failed")))
         out["wall_s"] = time.monotonic() - started
@@ -369,7 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="borgctl eval arena --live", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+                   help=f"comma-separated, of {', '.join(POLICIES)} (default {','.join(DEFAULT_POLICIES)})")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--synthetic", type=int, default=None, metavar="JOBS", help="synthetic arrivals instead of the trace"

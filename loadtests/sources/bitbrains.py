@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import orjson
 
+from contracts.topics import Topic
 from loadtests.sources import Chunk, Clock
 from services.node_agent.nodestate import nodestate_dict
 from training.forecast.bitbrains import Row, read_rows, vm_name
@@ -65,7 +66,7 @@ def _first_time(file: Path) -> int:
 
 
 class BitbrainsReplay:
-    base_topic = "nodestate.v1"
+    base_topic = Topic.NODESTATE
     what = "NodeState"
 
     def __init__(self, path: Path, *, nodes: int | None = None) -> None:

@@ -18,6 +18,7 @@ from typing import IO, Any
 import orjson
 
 from contracts.models import BORG_EVENT_TYPES
+from contracts.topics import Topic
 from loadtests.sources import Chunk, Clock
 from services.node_agent.errors import InputLineError
 
@@ -112,7 +113,7 @@ def task_event(raw: str, file: str, line: int, clock: Clock) -> dict[str, Any]:
 
 
 class Google2011Replay:
-    base_topic = "taskevents.v1"
+    base_topic = Topic.TASKEVENTS
     what = "TaskEvent"
 
     def __init__(self, path: Path) -> None:

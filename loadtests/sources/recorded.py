@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 
+from contracts.topics import Topic
 from loadtests.sources import Chunk, Clock
 from services.node_agent.perfstat import PerfReport, parse_perf_stat_file
 from services.node_agent.recorded import (
@@ -32,7 +33,7 @@ def _files(path: Path, patterns: tuple[str, ...]) -> list[Path]:
 class PerfStatReplay:
     """Every perf stat file is one node (named by its path); samples ordered by start time."""
 
-    base_topic = "nodestate.v1"
+    base_topic = Topic.NODESTATE
     what = "NodeState"
 
     def __init__(self, path: Path, *, nodes: int | None = None) -> None:
@@ -67,7 +68,7 @@ class PerfStatReplay:
 class AlibabaReplay:
     """machine_usage rows in trace-time order across machines; per-machine seq and interval."""
 
-    base_topic = "nodestate.v1"
+    base_topic = Topic.NODESTATE
     what = "NodeState"
 
     def __init__(self, path: Path, *, nodes: int | None = None) -> None:

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import orjson
 
+from contracts.topics import Topic
 from loadtests.sources import Chunk, Clock
 from services.node_agent.synthetic import SyntheticEncoder
 from simulator import SyntheticCluster
 
 
 class SyntheticReplay:
-    base_topic = "nodestate.v1"
+    base_topic = Topic.NODESTATE
     what = "NodeState"
 
     def __init__(

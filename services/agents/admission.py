@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import CAPABILITIES_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.agents import admission_policy
 from services.agents.settings import AdmissionSettings
 from services.agents.wiring import Agent, run_agent
 from services.runtime.health import HealthServer
 from services.runtime.service import run_service
 
-INPUT_TOPICS = (REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC, "clusterstate.v1", "taskevents.v1")
+INPUT_TOPICS = (REGIMES_TOPIC, Topic.ANOMALIES, RISK_TOPIC, Topic.CLUSTERSTATE, Topic.TASKEVENTS, CAPABILITIES_TOPIC)
 
 
 async def body(settings: AdmissionSettings, stop: asyncio.Event, health: HealthServer) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from contracts.topics import FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import CAPABILITIES_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.agents import efficiency_policy
 from services.agents.settings import EfficiencySettings
 from services.agents.wiring import Agent, run_agent
@@ -12,7 +12,8 @@ from services.runtime.health import HealthServer
 from services.runtime.service import run_service
 
 INPUT_TOPICS = (
-    REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC, "clusterstate.v1", "taskevents.v1", "nodestate.v1", FORECASTS_TOPIC
+    REGIMES_TOPIC, Topic.ANOMALIES, RISK_TOPIC, Topic.CLUSTERSTATE, Topic.TASKEVENTS, Topic.NODESTATE, FORECASTS_TOPIC,
+    CAPABILITIES_TOPIC,
 )
 
 

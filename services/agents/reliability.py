@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from contracts.topics import RISK_TOPIC
+from contracts.topics import CAPABILITIES_TOPIC, RISK_TOPIC, Topic
 from services.agents import reliability_policy
 from services.agents.settings import ReliabilitySettings
 from services.agents.wiring import Agent, run_agent
 from services.runtime.health import HealthServer
 from services.runtime.service import run_service
 
-INPUT_TOPICS = (RISK_TOPIC, "clusterstate.v1", "taskevents.v1")
+INPUT_TOPICS = (RISK_TOPIC, Topic.CLUSTERSTATE, Topic.TASKEVENTS, CAPABILITIES_TOPIC)
 
 
 async def body(settings: ReliabilitySettings, stop: asyncio.Event, health: HealthServer) -> None:

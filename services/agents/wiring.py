@@ -17,22 +17,28 @@ from typing import Generic, TypeVar
 
 import orjson
 from opentelemetry import trace
+from prometheus_client import Counter
 
 from contracts import telemetry as names
 from contracts.base import Contract
-from contracts.models import AgentName
+from contracts.models import AgentName, ClusterCapabilities
+from contracts.topics import CAPABILITIES_TOPIC, Topic
 from services.agents.proposals import Candidate
 from services.agents.settings import AgentSettings
 from services.agents.view import ClusterView, Scope
 from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.health import HealthServer
+from services.runtime.stream_settings import changelog_name
 from services.runtime.worker import Incoming, Outgoing, StreamWorker
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("borg.agents")
 S = TypeVar("S", bound=AgentSettings)
 Policy = Callable[[ClusterView, S, Scope, int], list[Candidate]]
-PROPOSALS = "proposals.v1"
+PROPOSALS = Topic.PROPOSALS
+WITHHELD = Counter("borg_agent_proposals_withheld_total",
+                   "Proposals not sent because the cluster cannot carry the action out (capabilities.v1)",
+                   ["agent", "kind"])
 
 
 class Agent(Generic[S]):
@@ -46,6 +52,9 @@ class Agent(Generic[S]):
         self.view = ClusterView(max_tasks=settings.max_tasks)
         self._sent: dict[tuple[str, str], tuple[bytes, int]] = {}
         self._unsaved: dict[tuple[str, str], tuple[bytes, int]] = {}
+        self.unsupported: dict[str, str] = {}
+        """Action → why the cluster cannot carry it out, from the latest capabilities.v1 record (empty until
+        one arrives: the referee still refuses what its API discovery rules out)."""
 
     # -- what was proposed, kept across restarts (``memory_topic``) ---------------------------------
 
@@ -65,11 +74,35 @@ class Agent(Generic[S]):
 
     def observe(self, topic: str, key: str, value: Contract, span: trace.SpanContext | None = None) -> list[Candidate]:
         """Take one input; return the proposals to send now."""
+        if topic == CAPABILITIES_TOPIC:
+            if isinstance(value, ClusterCapabilities):
+                self.take_capabilities(value)
+            return []
         now_ms = int(self.clock() * 1000)
         scope = self.view.update(topic, key, value, span)
         if not scope:
             return []
-        return [c for c in self.policy(self.view, self.settings, scope, now_ms) if self._is_news(c, now_ms)]
+        return [c for c in self.policy(self.view, self.settings, scope, now_ms)
+                if self._supported(c) and self._is_news(c, now_ms)]
+
+    def take_capabilities(self, caps: ClusterCapabilities) -> None:
+        """What the cluster can carry out from now on (the latest record replaces the earlier ones)."""
+        unsupported: dict[str, str] = {u.action: f"its API does not serve {', '.join(u.missing)}"
+                                       for u in caps.unsupported}
+        if unsupported != self.unsupported:
+            if unsupported:
+                log.warning("agent %s: cluster %s cannot carry out %s: not proposing them", self.name, caps.cluster,
+                            "; ".join(f"{a} ({why})" for a, why in sorted(unsupported.items())))
+            else:
+                log.info("agent %s: cluster %s supports every action", self.name, caps.cluster)
+        self.unsupported = unsupported
+
+    def _supported(self, candidate: Candidate) -> bool:
+        kind = candidate.proposal.kind
+        if kind not in self.unsupported:
+            return True
+        WITHHELD.labels(self.name, kind).inc()
+        return False
 
     def _is_news(self, candidate: Candidate, now_ms: int) -> bool:
         p = candidate.proposal
@@ -117,7 +150,7 @@ def _decode_sent(key: bytes, value: bytes) -> tuple[tuple[str, str] | None, tupl
 
 def memory_topic(group_id: str) -> str:
     """The compacted topic (one partition) of what the agents of this group proposed (before the topic prefix)."""
-    return f"borg-{group_id}-proposed-changelog"
+    return changelog_name(group_id, "proposed")
 
 
 async def run_agent(

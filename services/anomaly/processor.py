@@ -14,11 +14,12 @@ from prometheus_client import Counter
 
 from contracts import AnomalyScore
 from contracts import telemetry as names
-from contracts.fast_featurevector import assembler
-from featurelib.node_features import node_feature_schema_hash
+from contracts.fast.featurevector import assembler
+from contracts.topics import Topic
+from featurelib.node.schema import node_feature_schema_hash
 from services.anomaly.model import AnomalyModel
 from services.anomaly.settings import AnomalySettings
-from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, events_of
+from services.runtime.batch_stream import Batch, BatchStream, events_of
 from services.runtime.model_watch import ModelWatcher
 from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id
@@ -26,16 +27,9 @@ from services.runtime.stream_trace import stage_span
 from services.runtime.vector_batch import score_vectors
 
 log = logging.getLogger(__name__)
-NICE = 10
-"""Default ``STREAM_NICE``: features and regime (the latency-critical path) get the CPU first."""
-LINGER_S = 0.25
-"""Default ``STREAM_BATCH_LINGER_S``. The model no longer needs it (the compact forest: ~20 µs for one row, ~2 µs
-per row in 20), but per-batch costs do: at 10,000 NodeState/s anomaly used 9-10 % of a core with 0.25 s and
-16 % with 0.02 s, CPU the latency-critical features and regime share. Anomaly scores feed agents that act on
-seconds, so 0.25 s stays the default."""
 SERVICE = "anomaly"
-IN_TOPIC = "features.v1"
-OUT_TOPIC = "anomalies.v1"
+IN_TOPIC = Topic.FEATURES
+OUT_TOPIC = Topic.ANOMALIES
 SCORED = Counter("borg_anomaly_windows_total", "Feature windows by outcome", ["outcome"])
 _NAME_MAX = 253  # AnomalyScore.model_version's bound (tests/unit/test_regime_service.py pins it)
 _score = assembler(AnomalyScore)
@@ -49,7 +43,7 @@ class AnomalyProcessor:
         self.schema_hash = node_feature_schema_hash()
         self.group = app_id(SERVICE, settings.topic_prefix)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
-                                  handle=self._handle, linger_s=LINGER_S, nice=NICE, batch_max=MODEL_BATCH_MAX)
+                                  handle=self._handle)
         self.emitted = 0
         self._outcomes: dict[str, Counter] = {}
 

@@ -13,6 +13,7 @@ from opentelemetry.trace import SpanKind
 
 from contracts import telemetry as names
 from contracts.models import ClusterState, TaskEvent
+from contracts.topics import Topic
 from featurelib.borg_units import LargestNode
 from services.cluster_watcher.model import ClusterKey, ClusterModel, Obj
 from services.cluster_watcher.reflector import Reflector, Source
@@ -24,8 +25,8 @@ from services.runtime.service import run_service
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("borg.cluster_watcher")
-TASKEVENTS = "taskevents.v1"
-CLUSTERSTATE = "clusterstate.v1"
+TASKEVENTS = Topic.TASKEVENTS
+CLUSTERSTATE = Topic.CLUSTERSTATE
 
 
 class Watcher:

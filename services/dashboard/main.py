@@ -35,6 +35,7 @@ def build(settings: DashboardSettings) -> Dashboard:
         topic_prefix=settings.topic_prefix,
         start=settings.start,
         lookback_minutes=settings.lookback_minutes,
+        read_features=settings.read_features,
     )
     monitor = PipelineMonitor(
         bootstrap=settings.kafka_bootstrap,

@@ -20,10 +20,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from prometheus_client import Counter
 
 from contracts import ContractError, decode
+from contracts.fast.featurevector import decode_feature_row
 from contracts.headers import trace_id_of
 from contracts.topics import topic_spec
 from services.dashboard.settings import StartAt
-from services.dashboard.state import CONSUMED_TOPICS, DashboardState
+from services.dashboard.state import ACTUAL_LOAD_TOPIC, CONSUMED_TOPICS, DashboardState
 from services.runtime.topic_reader import Outcome, ReaderStats, TopicReader, TopicsMissingError, topic_partitions
 
 RECORDS = Counter("borg_dashboard_records_total", "Records the dashboard read", ["topic", "outcome"])
@@ -44,6 +45,7 @@ class DashboardReader:
         client_id: str = "dashboard",
         clock: Callable[[], float] = time.time,
         retry_s: float = 2.0,
+        read_features: bool = True,
     ) -> None:
         self.state = state
         self.start = start
@@ -51,7 +53,7 @@ class DashboardReader:
         self.clock = clock
         self._reader = TopicReader(
             bootstrap=bootstrap,
-            topics=list(CONSUMED_TOPICS),
+            topics=[*CONSUMED_TOPICS, *([ACTUAL_LOAD_TOPIC] if read_features else [])],
             apply=self._apply,
             topic_prefix=topic_prefix,
             client_id=client_id,
@@ -106,6 +108,8 @@ class DashboardReader:
                 self.state.forget(base, record.key.decode("utf-8", "replace"))
             RECORDS.labels(base, "tombstone").inc()
             return "ignored"
+        if base == ACTUAL_LOAD_TOPIC:
+            return self._apply_vector(base, record.value)
         try:
             value = decode(topic_spec(base).model, record.value)
         except ContractError as exc:
@@ -113,5 +117,18 @@ class DashboardReader:
             RECORDS.labels(base, "bad").inc()
             return "bad"
         self.state.apply(base, value, trace_id=trace_id_of(record.headers))
+        RECORDS.labels(base, "ok").inc()
+        return "applied"
+
+    def _apply_vector(self, base: str, data: bytes) -> Outcome:
+        # The fast decoder: ~11 µs a vector where pydantic plus packing takes ~14 µs and keeps 157 floats
+        # per vector alive; the dashboard needs two of them.
+        try:
+            row = decode_feature_row(data)
+        except ContractError as exc:
+            self.state.bad(base, exc.message)
+            RECORDS.labels(base, "bad").inc()
+            return "bad"
+        self.state.observe_vector(row.node, row.ts_ms, row.window_s, row.values, row.valid, row.schema_hash)
         RECORDS.labels(base, "ok").inc()
         return "applied"

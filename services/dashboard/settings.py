@@ -61,6 +61,16 @@ class DashboardSettings(RuntimeSettings):
     max_deadletters: int = Field(default=100, ge=1, le=10_000)
     push_interval_s: float = Field(default=1.0, gt=0, le=60, description="At most one browser update per interval")
     offsets_interval_s: float = Field(default=2.0, gt=0, le=300, description="Topic rates and consumer lag poll")
+    read_features: bool = Field(
+        default=True,
+        description="Read features.v1 for the actual load beside the forecast (one vector per node per 10 s; "
+                    "off on very large clusters: the forecast panel then shows forecasts without actuals)",
+    )
+    load_history_minutes: float = Field(
+        default=60.0, ge=5, le=24 * 60,
+        description="Per node: how far back the forecast panel keeps actual 5-minute means and past forecasts",
+    )
+    drift_history_points: int = Field(default=120, ge=2, le=10_000, description="drift.v1 reports kept per model")
     arena_results: Path | None = Field(
         default=DEFAULT_ARENA_RESULTS,
         description="results.json of `borgctl eval arena` (or its --out directory) for the Benefit panel",
@@ -76,4 +86,6 @@ class DashboardSettings(RuntimeSettings):
             snapshot_decisions=min(self.max_decisions, 300),
             topic_prefix=self.topic_prefix,
             jaeger_url=self.jaeger_url,
+            load_keep_ms=int(self.load_history_minutes * 60_000),
+            drift_history_points=self.drift_history_points,
         )

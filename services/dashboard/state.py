@@ -8,6 +8,7 @@ nodes there are. Clusters, intents and pipeline health are small and sent whole 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,12 +19,16 @@ from contracts.models import (
     ClusterState,
     DeadLetterV2,
     Decision,
+    DriftReport,
     FailureRiskV2,
+    LoadForecast,
     RegimeLabelV2,
 )
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC
 from services.dashboard.clusters import ClusterBoard
 from services.dashboard.decisions import DecisionLog
+from services.dashboard.drift import DriftBoard
+from services.dashboard.load import LoadBoard
 from services.dashboard.nodes import NodeBoard
 from services.dashboard.pipeline import PipelineHealth
 
@@ -38,7 +43,12 @@ CONSUMED_TOPICS: tuple[str, ...] = (
     RISK_TOPIC,
     "clusterstate.v1",
     "deadletter.v2",
+    FORECASTS_TOPIC,
+    DRIFT_TOPIC,
 )
+ACTUAL_LOAD_TOPIC = "features.v1"
+"""Read only for the actual utilisation beside the forecast (``DASHBOARD_READ_FEATURES``): the one
+high-volume topic the dashboard reads, one vector per node per 10 s, decoded on the fast path."""
 NODE_SIGNAL_TOPICS = {REGIMES_TOPIC: "regime", "anomalies.v1": "anomaly", RISK_TOPIC: "risk"}
 
 
@@ -52,6 +62,8 @@ class StateConfig:
     snapshot_decisions: int = 300
     topic_prefix: str = ""
     jaeger_url: str = "http://127.0.0.1:16686"
+    load_keep_ms: int = 3600_000
+    drift_history_points: int = 120
 
 
 class DashboardState:
@@ -67,6 +79,8 @@ class DashboardState:
             max_deadletters=config.max_deadletters,
             topic_prefix=config.topic_prefix,
         )
+        self.load = LoadBoard(keep_ms=config.load_keep_ms)
+        self.drift = DriftBoard(history_points=config.drift_history_points)
         self.ignored = 0  # valid messages with nothing to show (task-level risk)
 
     def _bump(self) -> int:
@@ -94,8 +108,21 @@ class DashboardState:
             self.clusters.add(value, v)
         elif isinstance(value, DeadLetterV2):
             self.pipeline.add_deadletter(value, v)
+        elif isinstance(value, LoadForecast):
+            self.load.add_forecast(value, v)
+        elif isinstance(value, DriftReport):
+            self.drift.add(value, v)
         else:
             self.ignored += 1
+
+    def observe_vector(self, node: str, ts_ms: int, window_s: int, values: Sequence[float],
+                       valid: Sequence[bool], schema_hash: str) -> None:
+        """One features.v1 vector (fields of the fast decoder's FeatureRow): the node's actual load."""
+        self.pipeline.count_read(ACTUAL_LOAD_TOPIC)
+        if not self.load.observe_vector(node, ts_ms, window_s, values, valid, schema_hash, self.version + 1):
+            self.ignored += 1
+            return
+        self._bump()
 
     def forget(self, base_topic: str, key: str) -> None:
         """A tombstone (null value) on a compacted topic."""
@@ -105,6 +132,10 @@ class DashboardState:
             self.nodes.forget(NODE_SIGNAL_TOPICS[base_topic], key, v)
         elif base_topic == "clusterstate.v1":
             self.clusters.forget(key, v)
+        elif base_topic == FORECASTS_TOPIC:
+            self.load.forget_forecast(key, v)
+        elif base_topic == DRIFT_TOPIC:
+            self.drift.forget(key, v)
 
     def bad(self, base_topic: str, error: str) -> None:
         """A record that did not decode (it is the producer's job to dead-letter its inputs, not ours)."""
@@ -147,6 +178,8 @@ class DashboardState:
             "decisions": self.decisions.rows(since, limit=c.snapshot_decisions if full else None),
             "nodes": self.nodes.rows(now_ms, since),
             "removed_nodes": self.nodes.removed(since),
+            "load": self.load.rows(since),
+            "removed_load": self.load.removed(since),
             "pipeline": self.pipeline.view(since),
             "counts": {
                 "nodes": len(self.nodes),
@@ -158,8 +191,16 @@ class DashboardState:
                 "results_waiting": self.decisions.orphans,
                 "deadletters": self.pipeline.deadletter_total,
                 "ignored": self.ignored,
+                "load_nodes": len(self.load),
+                "forecast_unknown": self.load.unknown_count(),
+                "drift_models": len(self.drift),
+                "drifting_models": self.drift.drifting(),
             },
         }
+        if since is None or self.load.version > since:
+            out["load_summary"] = self.load.summary()
+        if since is None or self.drift.version > since:
+            out["drift"] = self.drift.view()
         if since is None or max(self.clusters.version, self.decisions.intent_version) > since:
             out["cluster"] = self.clusters.view(self.decisions.intents)
         if full:

@@ -1,1 +1,1 @@
-"""drift: features.v1 + regimes.v2 + risk.v2 → drift.v1 (live model inputs and answers vs the reference profile)."""
+"""drift: features.v1 + regimes.v2 + risk.v2 + taskevents.v1 → drift.v1 (inputs, answers, accuracy vs the reference)."""

@@ -1,7 +1,8 @@
 """``borgctl serve drift``: run the drift stage until SIGTERM.
 
 Failure model (``DRIFT_FAILURE_MODEL_DIR``, default ``models/failure``): its profile's
-probabilities per horizon against risk.v2 task records (prediction drift only).
+probabilities per horizon against risk.v2 task records (prediction drift), and its card's held-out
+AUCPR / Brier per horizon against the same predictions labelled by taskevents.v1 (concept drift).
 
 Reference from the regime model's version in use (``DRIFT_REGIME_MODEL_DIR``, default
 ``models/regime``: ``<version>/reference_profile.json``); a repointed ``CURRENT`` is picked up

@@ -1,13 +1,13 @@
 """The features processor: NodeState → ``featurelib`` windows → FeatureVector, state in a changelog.
 
 Runs on the runtime's ``BatchStream`` (consumer group ``<prefix>borg-features``). Window
-state (``featurelib.node_features.NodeWindows``) is kept decoded in memory and persisted to
+state (``featurelib.node.windows.NodeWindows``) is kept decoded in memory and persisted to
 the compacted changelog ``<prefix>borg-features-windows-changelog`` (key ``node`` = the open
 pane, ``node|i`` = closed pane ``i`` of a ring), partition = the node's input partition;
 only what changed since the last commit is written, at each commit. Uncommitted input is
 delivered again after a crash and the state machine recognises it (dedup by (seq, ts); a
 re-delivered closing sample re-emits its identical window), so a restart neither loses nor
-changes a window. NodeState is validated by ``contracts.fast_nodestate`` (the contract's
+changes a window. NodeState is validated by ``contracts.fast.nodestate`` (the contract's
 exact accept/reject decisions at half pydantic's cost), and the windows a batch closes are
 computed in one numpy pass.
 """
@@ -22,33 +22,33 @@ from prometheus_client import Counter, Gauge
 
 from contracts import ContractError, FeatureVector
 from contracts import telemetry as names
-from contracts.fast_nodestate import decode_nodestate_dict
-from featurelib.node_features import NodeWindows, Sample, Window, node_feature_schema_hash, sample_from_dict
+from contracts.fast.nodestate import decode_nodestate_dict
+from contracts.topics import Topic
+from featurelib.node.samples import Sample, sample_from_dict
+from featurelib.node.schema import node_feature_schema_hash
+from featurelib.node.windows import NodeWindows, Window
 from services.features.settings import FeaturesSettings
 from services.runtime.batch_stream import Batch, BatchStream, Record
 from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.stream_io import Sink
-from services.runtime.stream_settings import PARTITIONS, app_id
+from services.runtime.stream_settings import changelog_name
 from services.runtime.stream_trace import stage_span
 
 log = logging.getLogger(__name__)
 SERVICE = "features"
-IN_TOPIC = "nodestate.v1"
-OUT_TOPIC = "features.v1"
+IN_TOPIC = Topic.NODESTATE
+OUT_TOPIC = Topic.FEATURES
 WINDOW_S = 10
 """FeatureVector.window_s: the hop and shortest window (60 s and 300 s stats are named features)."""
 SAMPLES = Counter("borg_features_samples_total", "NodeState samples by outcome", ["outcome"])
 STATE_NODES = Gauge("borg_features_state_nodes", "Nodes whose window state this worker holds")
-COMMIT_INTERVAL_S = 5.0
-"""Default ``STREAM_COMMIT_INTERVAL_S``: each commit rewrites the state of every node that sent a sample since
-the last (~13 µs each), so at 1 Hz per node a 1 s interval spends ~13 µs of every sample on it, 5 s ~3 µs."""
 CHECKPOINT_SLICE = 500
 """Nodes written per slice of a checkpoint (~7 ms of CPU) before the batch loop gets a turn."""
 CHECKPOINT_RECORDS = Counter("borg_features_checkpoint_records_total", "State records written to the changelog")
 
 
 def changelog_topic(prefix: str) -> str:
-    return f"{app_id(SERVICE, prefix)}-windows-changelog"
+    return changelog_name(SERVICE, "windows", prefix)
 
 
 def _node_of(key: bytes) -> str:
@@ -84,8 +84,8 @@ class WindowState:
         self.windows = NodeWindows(self.restored, spread=settings.spread_panes, write_through=False)
         self.node_partition: dict[str, int] = {}
 
-    async def ensure(self) -> None:
-        await ensure_changelog(self.settings.kafka_bootstrap, self.topic, PARTITIONS,
+    async def ensure(self, partitions: int) -> None:
+        await ensure_changelog(self.settings.kafka_bootstrap, self.topic, partitions,
                                self.settings.replication_factor)
 
     async def restore(self, partitions: Sequence[int]) -> None:
@@ -139,7 +139,7 @@ class FeaturesProcessor:
         self.state = WindowState(settings, sink)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
                                   handle=self.handle, state=[self.state],
-                                  fault_exit_after=settings.fault_exit_after, commit_interval_s=COMMIT_INTERVAL_S)
+                                  fault_exit_after=settings.fault_exit_after)
         self.group = self.stream.group
         self.emitted = 0
         self._outcomes = {s: SAMPLES.labels(s) for s in ("accepted", "duplicate", "late", "replayed")}

@@ -30,28 +30,23 @@ from prometheus_client import Counter
 
 from contracts import ContractError
 from contracts import telemetry as names
-from contracts.fast_featurevector import decode_feature_row
+from contracts.fast.featurevector import decode_feature_row
 from contracts.models import ForecastUnknownReason, LoadForecast, LoadQuantiles
-from contracts.topics import FORECASTS_TOPIC
+from contracts.topics import FORECASTS_TOPIC, Topic
 from featurelib.load_features import HISTORY, LOAD_FEATURE_INDEX, STEP_S, LoadHistory, bucket_of
 from featurelib.load_serving import load_sample
-from featurelib.node_features import node_feature_schema_hash, vector_problem
+from featurelib.node.schema import node_feature_schema_hash, vector_problem
 from services.forecast.model import ForecastModel
 from services.forecast.settings import ForecastSettings
-from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, ChangelogState, events_of
+from services.runtime.batch_stream import Batch, BatchStream, ChangelogState, events_of
 from services.runtime.model_watch import ModelWatcher, infer_rows
 from services.runtime.stream_io import Sink, headers_of
-from services.runtime.stream_settings import app_id
+from services.runtime.stream_settings import app_id, changelog_name
 from services.runtime.stream_trace import stage_span
 
 log = logging.getLogger(__name__)
-NICE = 10
-"""Default ``STREAM_NICE``: features and regime (the latency-critical path) get the CPU first."""
-LINGER_S = 0.25
-"""Default ``STREAM_BATCH_LINGER_S``: forecasts are made once per node and 5 minutes, so a quarter second of
-batching costs nothing downstream and saves per-batch work, as for anomaly."""
 SERVICE = "forecast"
-IN_TOPIC = "features.v1"
+IN_TOPIC = Topic.FEATURES
 OUT_TOPIC = FORECASTS_TOPIC
 FORECASTS = Counter("borg_forecast_records_total", "Forecast records published by status", ["status"])
 VECTORS = Counter("borg_forecast_vectors_total", "Feature vectors taken into a node's load history")
@@ -135,11 +130,11 @@ class ForecastProcessor:
         self.models = models
         self.schema_hash = node_feature_schema_hash()
         self.group = app_id(SERVICE, settings.topic_prefix)
-        self.state = HistoryState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-history-changelog",
+        self.state = HistoryState(bootstrap=settings.kafka_bootstrap,
+                                  topic=changelog_name(SERVICE, "history", settings.topic_prefix),
                                   sink=sink, replication=settings.replication_factor)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
-                                  handle=self._handle, state=[self.state], linger_s=LINGER_S, nice=NICE,
-                                  batch_max=MODEL_BATCH_MAX)
+                                  handle=self._handle, state=[self.state])
         self.emitted = 0
         self.vectors = 0
 

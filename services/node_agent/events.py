@@ -1,7 +1,9 @@
 """Canonical counter names: the one mapping from perf spellings to the names in NodeState.counters.
 
 Consumers (the features service, training) read ``NodeState.counters`` by the names
-below; ``NodeState.supported_events`` keeps the spellings the node itself used.
+below; ``NodeState.supported_events`` keeps the spellings the node itself used. The canonical
+names are listed once, in ``featurelib/node/counters.py`` (re-exported here); this module
+holds the rules that map perf's spellings onto them.
 
 Rules, applied by :func:`parse_event`:
 
@@ -34,31 +36,11 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-HARDWARE_EVENTS: Final = (
-    "cycles",
-    "instructions",
-    "cache-references",
-    "cache-misses",
-    "branch-instructions",
-    "branch-misses",
-    "bus-cycles",
-    "stalled-cycles-frontend",
-    "stalled-cycles-backend",
-    "ref-cycles",
-)
-CACHE_EVENTS: Final = ("LLC-loads", "LLC-load-misses", "LLC-stores", "LLC-store-misses")
-SOFTWARE_EVENTS: Final = (
-    "task-clock",
-    "cpu-clock",
-    "context-switches",
-    "cpu-migrations",
-    "page-faults",
-    "minor-faults",
-    "major-faults",
-)
-MEM_BANDWIDTH_BYTES: Final = "mem-bandwidth-bytes"
-TIME_EVENTS_NS: Final = frozenset({"task-clock", "cpu-clock"})
-CANONICAL_EVENTS: Final = frozenset((*HARDWARE_EVENTS, *CACHE_EVENTS, *SOFTWARE_EVENTS, MEM_BANDWIDTH_BYTES))
+from featurelib.node.counters import CACHE_EVENTS as CACHE_EVENTS
+from featurelib.node.counters import CANONICAL_EVENTS as CANONICAL_EVENTS
+from featurelib.node.counters import HARDWARE_EVENTS as HARDWARE_EVENTS
+from featurelib.node.counters import MEM_BANDWIDTH_BYTES as MEM_BANDWIDTH_BYTES
+
 EXCLUDED_FROM_REGIME_FEATURES: Final = frozenset({"cpu_freq_mhz"})
 """NodeState fields recorded for operators only (documented here for the features service)."""
 

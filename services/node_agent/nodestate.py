@@ -15,8 +15,9 @@ from opentelemetry import context as otel_context
 from contracts import NodeState
 from contracts.codec import validate_python
 from contracts.headers import Headers, build_headers
+from contracts.topics import Topic
 
-TOPIC: Final = "nodestate.v1"
+TOPIC: Final = Topic.NODESTATE
 CounterDict = dict[str, Any]
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
+
+from contracts.models import ClusterCapabilities, ProposalKind, UnsupportedAction
 
 DISCOVERY_PATHS: tuple[str, ...] = ("/api/v1", "/apis/apps/v1", "/apis/policy/v1")
 
@@ -59,3 +61,16 @@ class Capabilities:
             return None
         return (f"the cluster does not support {action}: its API does not serve {', '.join(missing)} "
                 "(API discovery; e.g. pods/resize needs Kubernetes 1.33+)")
+
+    def report(self, cluster: str, ts_ms: int, reporter: str) -> ClusterCapabilities:
+        """The capabilities.v1 record the agents read: every action, supported or with what it lacks."""
+        supported: list[ProposalKind] = []
+        unsupported: list[UnsupportedAction] = []
+        for action in get_args(ProposalKind):
+            missing = self.missing(action)
+            if missing:
+                unsupported.append(UnsupportedAction(action=action, missing=missing))
+            else:
+                supported.append(action)
+        return ClusterCapabilities(cluster=cluster, ts_ms=ts_ms, supported=supported, unsupported=unsupported,
+                                   reporter=reporter)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 import orjson
 
 from services.referee.policy import LastAction, RefereeState, Resolution
+from services.runtime.stream_settings import changelog_name
 
 BUDGET_KEY = b"budget"
 TARGET_PREFIX = b"t/"
@@ -29,7 +30,7 @@ Record = tuple[bytes, bytes | None]
 
 def state_topic(group_id: str) -> str:
     """The state topic of the referees of one consumer group (before the topic prefix)."""
-    return f"borg-{group_id}-state-changelog"
+    return changelog_name(group_id, "state")
 
 
 def records_after(state: RefereeState, resolution: Resolution, evicted: Iterable[str], *, now_ms: int,

@@ -29,6 +29,7 @@ from contracts import ContractError, decode
 from contracts import telemetry as names
 from contracts.headers import extract_trace
 from contracts.models import ActionResult, Decision, Proposal
+from contracts.topics import Topic
 from services.referee import durable
 from services.referee.policy import RefereeState, Resolution, resolve, settle
 from services.referee.settings import RefereeSettings
@@ -40,7 +41,7 @@ from services.runtime.stream_settings import StreamSettings
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("borg.referee")
-PROPOSALS, DECISIONS, ACTIONS = "proposals.v1", "decisions.v1", "actions.v1"
+PROPOSALS, DECISIONS, ACTIONS = Topic.PROPOSALS, Topic.DECISIONS, Topic.ACTIONS
 ACTIONS_TOTAL = PromCounter("borg_referee_actions_total", "ActionResults by action and outcome", ["action", "outcome"])
 DECIDE_SECONDS = Histogram(
     "borg_referee_proposal_to_action_seconds",

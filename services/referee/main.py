@@ -7,6 +7,7 @@ import logging
 
 from prometheus_client import Gauge
 
+from contracts.topics import Topic
 from services.referee.loop import Referee
 from services.referee.settings import RefereeSettings
 from services.runtime.health import HealthServer
@@ -86,7 +87,19 @@ async def serve(settings: RefereeSettings, stop: asyncio.Event, health: HealthSe
         health.add_check("kafka", referee.is_ready)
         health.add_liveness("kafka", referee.stream().progress.check)
         log.info("referee in %s mode (window %d ms)", settings.mode, settings.window_ms)
-        await referee.run(stop)
+        feed = None
+        if actuator is not None:
+            from services.referee.capabilities_feed import publish_capabilities
+
+            feed = asyncio.create_task(publish_capabilities(
+                actuator, sink, cluster=settings.cluster, reporter=settings.identity,
+                refresh_s=settings.capabilities_refresh_s, stop=stop), name=Topic.CAPABILITIES)
+        try:
+            await referee.run(stop)
+        finally:
+            if feed is not None:
+                feed.cancel()
+                await asyncio.gather(feed, return_exceptions=True)
     finally:
         await sink.stop()
         if actuator is not None:

@@ -42,6 +42,8 @@ class RefereeSettings(RuntimeSettings):
     capabilities_refresh_s: float = Field(
         default=300.0, gt=0.0, description="How often API discovery is read again (actions the API lacks are refused)"
     )
+    cluster: str = Field(default="borg-local", min_length=1, max_length=253,
+                         description="Cluster name: the key of its capabilities.v1 record (as the watcher's)")
     event_namespace: str = Field(default="default", description="Namespace of Events on cluster-scoped objects")
     protected_namespaces: tuple[str, ...] = Field(
         default=("kube-system", "kube-public", "kube-node-lease", "borg-system", "borg-node"),

@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 
 from contracts.models import REGIMES, WORKLOAD_CLASSES
-from featurelib.node_features import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
+from featurelib.node.schema import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
 from services.regime import abstention
 from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card, verify_sha256
 

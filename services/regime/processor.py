@@ -40,15 +40,18 @@ from prometheus_client import Counter
 
 from contracts import RegimeLabelV2, encode
 from contracts import telemetry as names
+from contracts.headers import Headers
 from contracts.models import REGIMES, UNKNOWN_REGIME
 from contracts.topics import REGIMES_TOPIC
-from featurelib.node_features import node_feature_schema_hash
+from featurelib.node.schema import node_feature_schema_hash
 from services.regime import hysteresis
 from services.regime.abstention import reasons_of
 from services.regime.model import RegimeModel
 from services.regime.settings import RegimeSettings
+from services.regime.shadow import RegimeShadow
 from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, ChangelogState, events_of
 from services.runtime.model_watch import ModelWatcher
+from services.runtime.rollout_watch import RolloutWatcher
 from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id
 from services.runtime.stream_trace import stage_span
@@ -75,10 +78,14 @@ _REGIMES = frozenset(REGIMES)
 
 
 class RegimeProcessor:
-    def __init__(self, settings: RegimeSettings, sink: Sink, models: ModelWatcher[RegimeModel]) -> None:
+    def __init__(self, settings: RegimeSettings, sink: Sink, models: ModelWatcher[RegimeModel],
+                 rollout: RolloutWatcher[RegimeModel] | None = None, shadow: RegimeShadow | None = None) -> None:
         self.settings = settings
         self.sink = sink
         self.models = models
+        # a candidate (docs/rollout.md) is scored beside the current model only while rollout.live is set
+        self.rollout = rollout if shadow is not None else None
+        self.shadow = shadow
         self.schema_hash = node_feature_schema_hash()
         self.group = app_id(SERVICE, settings.topic_prefix)
         self.state = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-hysteresis-changelog",
@@ -102,7 +109,12 @@ class RegimeProcessor:
         if scored.failed:
             self._count("model_failed", scored.failed)
         if scored.rows:
-            await self._publish(scored)
+            live = None if self.rollout is None else self.rollout.live
+            if live is None or self.shadow is None:
+                await self._publish(scored)
+            else:
+                for part in self.shadow.split(scored, live):
+                    await self._publish(part, live.headers)
             await self.state.drain()
             if len(self.memory) > len(self.state.data) + MEMORY_SLACK:
                 self._sweep()
@@ -138,7 +150,7 @@ class RegimeProcessor:
         data = self.state.data
         self.memory = {node: hit for node, hit in self.memory.items() if data.get(node.encode()) is hit[0]}
 
-    async def _publish(self, scored: ScoredBatch[RegimeModel]) -> None:
+    async def _publish(self, scored: ScoredBatch[RegimeModel], headers: Headers | None = None) -> None:
         model = scored.model
         probs, slowdown = scored.outputs
         x = scored.inputs if scored.inputs is not None else model_input(scored.rows)  # score_vectors keeps them
@@ -173,7 +185,7 @@ class RegimeProcessor:
                         sent = orjson.loads(earlier.encoded)
                         again = RegimeLabelV2.model_validate(sent)
                         await self._send(event, again.node, again.regime, again.confidence, encode(again),
-                                         sent["model_version"], again.abstain)
+                                         sent["model_version"], again.abstain, headers)
                     else:
                         stale += 1
                     continue
@@ -229,7 +241,7 @@ class RegimeProcessor:
                 record = hysteresis.encode(step.state, history)
                 self.state.put(node, record)
                 self.memory[node] = (record, hysteresis.Memory(step.state, history))
-                await self._send(event, node, step.regime, fields["confidence"], encoded, version, reasons)
+                await self._send(event, node, step.regime, fields["confidence"], encoded, version, reasons, headers)
         finally:
             for outcome, n in (("labelled", labelled), ("changed", changed), ("replayed", replayed),
                                ("stale", stale), ("unknown", unknown)):
@@ -237,7 +249,7 @@ class RegimeProcessor:
                     self._count(outcome, n)
 
     async def _send(self, event: Any, node: str, regime: str, confidence: float, encoded: bytes,
-                    version: str, abstain: Sequence[str]) -> None:
+                    version: str, abstain: Sequence[str], headers: Headers | None = None) -> None:
         attrs: dict[str, Any] = {names.NODE_NAME: node, names.REGIME_LABEL: regime,
                                  names.REGIME_CONFIDENCE: confidence, names.MODEL_VERSION: version}
         if abstain:
@@ -245,5 +257,8 @@ class RegimeProcessor:
             attrs[names.REGIME_ABSTAIN] = ",".join(abstain)
         with stage_span(names.SPAN_REGIME_INFER, headers_of(event), topic=event.message.topic, group=self.group,
                         attributes=attrs) as ctx:
-            await self.sink.send_encoded(OUT_TOPIC, node, encoded, ctx)
+            if headers:  # during a rollout: which candidate, which step
+                await self.sink.send_encoded(OUT_TOPIC, node, encoded, ctx, extra_headers=headers)
+            else:
+                await self.sink.send_encoded(OUT_TOPIC, node, encoded, ctx)
         self.emitted += 1

@@ -3,7 +3,8 @@
 Model from ``RISK_MODEL_DIR`` (default ``models/failure``, written by ``borgctl train
 failure``); refused at start-up (exit 2) when its task (or node) feature schema differs;
 a repointed ``CURRENT`` is picked up within ``MODEL_POLL_S`` seconds. Before consuming,
-the task history is rebuilt from taskevents.v1 up to the committed offsets.
+the task history is rebuilt from taskevents.v1 up to the committed offsets. A candidate named by
+``ROLLOUT.json`` in the model root is shadow-scored and rolled out progressively (docs/rollout.md).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from services.risk.model import FailureModel, load_failure_model
 from services.risk.processor import SERVICE, TASK_TOPIC, RiskProcessor
 from services.risk.replay import rebuild_history
 from services.risk.settings import RiskSettings
+from services.risk.shadow import RiskShadowStats
 from services.risk.state import RiskState
 from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
 from services.runtime.model_watch import ModelRefusedError, ModelWatcher
+from services.runtime.rollout_watch import RolloutWatcher
 from services.runtime.service import serve_main
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import app_id
@@ -29,13 +32,17 @@ async def body(settings: RiskSettings, stop: asyncio.Event, health: HealthServer
     loader = functools.partial(load_failure_model, xgb_min_batch=settings.xgb_min_batch)
     models: ModelWatcher[FailureModel] = ModelWatcher("failure", settings.model_dir, loader,
                                                       poll_s=settings.model_poll_s)
+    stats = RiskShadowStats()
+    rollout = RolloutWatcher("failure", settings.model_dir, loader, stats, settings,
+                             serving=lambda: models.version_dir.name, promoted=models.check)
+    await asyncio.to_thread(rollout.check)
     state = RiskState(largest=settings.largest_node())
     if settings.rebuild_history:
         await rebuild_history(settings.kafka_bootstrap, app_id(SERVICE, settings.topic_prefix),
                               settings.topic(TASK_TOPIC), state)
     async with Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix) as sink:
-        processor = RiskProcessor(settings, sink, models, state)
-        await run_stream(processor.stream, stop, health, tasks=(models.run, processor.rescore_loop))
+        processor = RiskProcessor(settings, sink, models, state, rollout, stats)
+        await run_stream(processor.stream, stop, health, tasks=(models.run, processor.rescore_loop, rollout.run))
 
 
 def main(argv: list[str]) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from featurelib.node_features import FEATURE_INDEX, node_feature_schema_hash
+from featurelib.node.schema import FEATURE_INDEX, node_feature_schema_hash
 from featurelib.task_features import TASK_FEATURE_NAMES, task_feature_schema_hash
 from services.risk.ranges import InputRanges
 from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card, verify_sha256

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
-from featurelib.node_features import as_model_input
+from featurelib.node.schema import as_model_input
 
 BINARY = 1
 """First byte of a binary record (a JSON record starts with ``{``)."""

@@ -34,20 +34,23 @@ import numpy as np
 from opentelemetry.trace import Link
 from prometheus_client import Counter
 
-from contracts import ContractError, TaskEvent
+from contracts import ContractError, TaskEvent, encode
 from contracts import telemetry as names
-from contracts.fast_featurevector import decode_feature_row
+from contracts.fast.featurevector import decode_feature_row
 from contracts.models import FailureRiskV2, HorizonRisk
 from contracts.topics import RISK_TOPIC
-from featurelib.node_features import node_feature_schema_hash, vector_problem
+from featurelib.node.schema import node_feature_schema_hash, vector_problem
 from services.risk import node_record
 from services.risk.aggregate import node_probability
 from services.risk.model import FailureModel
 from services.risk.ranges import merge
 from services.risk.settings import RiskSettings
+from services.risk.shadow import RiskShadowStats, compare
 from services.risk.state import RiskState
 from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, ChangelogState, events_of
 from services.runtime.model_watch import ModelWatcher, infer_rows
+from services.runtime.rollout import node_bucket
+from services.runtime.rollout_watch import Live, RolloutWatcher
 from services.runtime.stream_io import Sink, decode_event, headers_of, timestamp_ms
 from services.runtime.stream_settings import app_id
 from services.runtime.stream_trace import link_to, stage_span
@@ -74,10 +77,14 @@ def node_key(node: str) -> str:
 
 class RiskProcessor:
     def __init__(self, settings: RiskSettings, sink: Sink, models: ModelWatcher[FailureModel],
-                 state: RiskState | None = None) -> None:
+                 state: RiskState | None = None, rollout: RolloutWatcher[FailureModel] | None = None,
+                 shadow: RiskShadowStats | None = None) -> None:
         self.settings = settings
         self.sink = sink
         self.models = models
+        # a candidate (docs/rollout.md) is scored beside the current model only while rollout.live is set
+        self.rollout = rollout if shadow is not None else None
+        self.shadow = shadow
         self.state = state or RiskState(largest=settings.largest_node())
         self.node_schema = node_feature_schema_hash()
         self.group = app_id(SERVICE, settings.topic_prefix)
@@ -171,11 +178,24 @@ class RiskProcessor:
                 node_part[i] = row[model.node_columns]
         return (np.concatenate([x, node_part], axis=1) if model.uses_node_features else x), links
 
+    def _live(self) -> Live[FailureModel] | None:
+        return None if self.rollout is None else self.rollout.live
+
+    def _serving(self, live: Live[FailureModel] | None, node: str) -> FailureModel | None:
+        """The candidate when it answers for ``node`` at this step, else None (the current model)."""
+        if live is None or node_bucket(node) >= live.state.fraction:
+            return None
+        return live.model
+
     async def _score_and_publish(self, task_ids: Sequence[str], trigger: str, headers: Sequence[tuple[str, bytes]],
                                  input_ts: int, ts_ms: int, event: Any | None) -> None:
         model = self.models.current
         x, links = self._rows(model, task_ids)
         results, errors = infer_rows(model, x)
+        live = self._live()
+        shadow: list[np.ndarray | None] | None = None
+        if live is not None and self.shadow is not None:
+            shadow = compare(self.shadow, model, live.model, lambda m: self._rows(m, task_ids)[0], results)
         SCORED.labels(trigger, model.backend_for(len(x))).inc(len(task_ids))
         outside = model.ranges.outside(x) if model.ranges is not None else [()] * len(task_ids)
         flags = self.state.flags(task_ids)
@@ -186,9 +206,15 @@ class RiskProcessor:
                 if event is not None:
                     await self.sink.dead_letter(event, errors.get(i, "model failed"), "processing")
                 continue
-            probs = tuple(float(p) for p in result[0])
-            out_of_range = tuple(merge(outside[i], tuple(flags[i])))
             running = self.state.running[t]
+            answering, answer = model, result[0]
+            candidate = self._serving(live, running.node)
+            if candidate is not None and shadow is not None:
+                served = shadow[i]
+                if served is not None:  # else the candidate failed on it: the current model answers
+                    answering, answer = candidate, served
+            probs = tuple(float(p) for p in answer)
+            out_of_range = tuple(merge(outside[i], tuple(flags[i])))
             if trigger == "rescore" and running.probabilities is not None and out_of_range == running.out_of_range \
                     and max(abs(a - b) for a, b in zip(probs, running.probabilities, strict=True)
                             ) < self.settings.rescore_min_change:
@@ -196,27 +222,29 @@ class RiskProcessor:
             running.probabilities = probs
             running.out_of_range = out_of_range
             risk = FailureRiskV2(target_kind="task", target=t, node=running.node, ts_ms=ts_ms,
-                                 horizons=self._horizons(model, probs), tasks=1, out_of_range=list(out_of_range),
-                                 model_version=model.version, input_ts_ms=input_ts)
+                                 horizons=self._horizons(answering, probs), tasks=1, out_of_range=list(out_of_range),
+                                 model_version=answering.version, input_ts_ms=input_ts)
             task_links = [lk for lk in links if lk is not None][:8] if len(task_ids) == 1 else []
-            await self._send(task_key(t), risk, headers, task_links)
+            await self._send(task_key(t), risk, headers, task_links, None if live is None else live.headers)
             touched.add(running.node)
         for node in sorted(touched):
             await self._publish_node(node, headers, input_ts, ts_ms)
 
     async def _publish_final(self, task: TaskEvent, node: str, headers: Sequence[tuple[str, bytes]],
                              input_ts: int) -> None:
-        model = self.models.current
+        live = self._live()
+        model = self._serving(live, node) or self.models.current
         # a stopped run cannot fail: 0 is a fact, not a model output, so no input is out of range
         risk = FailureRiskV2(target_kind="task", target=task.task_id, node=node, ts_ms=task.ts_ms,
                              horizons=self._horizons(model, [0.0] * len(model.horizons_s)), tasks=1,
                              model_version=model.version, input_ts_ms=input_ts)
-        await self._send(task_key(task.task_id), risk, headers, [])
+        await self._send(task_key(task.task_id), risk, headers, [], None if live is None else live.headers)
         await self._publish_node(node, headers, input_ts, task.ts_ms)
 
     async def _publish_node(self, node: str, headers: Sequence[tuple[str, bytes]], input_ts: int,
                             ts_ms: int) -> None:
-        model = self.models.current
+        live = self._live()
+        model = self._serving(live, node) or self.models.current
         tasks = self.state.node_tasks(node)
         scored = [t for t in tasks if t.probabilities is not None]
         probs = node_probability([t.probabilities for t in scored if t.probabilities is not None],
@@ -226,7 +254,8 @@ class RiskProcessor:
                              horizons=self._horizons(model, probs), tasks=len(scored),
                              tasks_out_of_range=sum(1 for t in scored if t.out_of_range),
                              model_version=model.version, input_ts_ms=input_ts)
-        await self._send(node_key(node), risk, headers, [link] if link is not None else [])
+        await self._send(node_key(node), risk, headers, [link] if link is not None else [],
+                         None if live is None else live.headers)
 
     @staticmethod
     def _horizons(model: FailureModel, probs: Iterable[float]) -> list[HorizonRisk]:
@@ -234,7 +263,7 @@ class RiskProcessor:
                 for h, p in zip(model.horizons_s, probs, strict=True)]
 
     async def _send(self, key: str, risk: FailureRiskV2, headers: Sequence[tuple[str, bytes]],
-                    links: Sequence[Link]) -> None:
+                    links: Sequence[Link], rollout: list[tuple[str, bytes]] | None = None) -> None:
         attrs: dict[str, Any] = {names.RISK_HORIZON_S: risk.horizons[0].horizon_s,
                                  names.RISK_PROBABILITY: risk.horizons[0].probability,
                                  names.MODEL_VERSION: risk.model_version}
@@ -244,7 +273,10 @@ class RiskProcessor:
             attrs[names.NODE_NAME] = risk.node
         with stage_span(names.SPAN_RISK_INFER, headers, topic=self.settings.topic(TASK_TOPIC), group=self.group,
                         attributes=attrs, links=links) as ctx:
-            await self.sink.send(OUT_TOPIC, key, risk, ctx)
+            if rollout:  # during a rollout: which candidate, which step
+                await self.sink.send_encoded(OUT_TOPIC, key, encode(risk), ctx, extra_headers=rollout)
+            else:
+                await self.sink.send(OUT_TOPIC, key, risk, ctx)
         self.emitted += 1
 
     # -- periodic re-scoring ----------------------------------------------------------------------

@@ -8,12 +8,13 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from featurelib.borg_units import LargestNode
+from services.runtime.rollout import RolloutFields
 from services.runtime.stream_settings import StreamSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-class RiskSettings(StreamSettings):
+class RiskSettings(StreamSettings, RolloutFields):
     model_config = SettingsConfigDict(env_prefix="RISK_", frozen=True, extra="ignore")
 
     model_dir: Path = Field(default=PROJECT_ROOT / "models" / "failure",

@@ -36,15 +36,16 @@ async def connect_admin(bootstrap: str, timeout_s: float = 30.0) -> AIOKafkaAdmi
 
 
 async def create_topics(bootstrap: str, prefix: str = "", specs: tuple[TopicSpec, ...] = TOPICS,
-                        replication: int = 1) -> list[str]:
-    """Create missing topics from the registry (``replication`` copies each); returns the names created."""
+                        replication: int = 1, partitions: Mapping[str, int] | None = None) -> list[str]:
+    """Create missing topics from the registry (``replication`` copies each; ``partitions`` overrides the
+    registry's counts by base name, ``BORG_TOPIC_PARTITIONS``); returns the names created."""
     admin = await connect_admin(bootstrap)
     try:
         existing = set(await admin.list_topics())
         wanted = [
             NewTopic(
                 name=f"{prefix}{s.name}",
-                num_partitions=s.partitions,
+                num_partitions=(partitions or {}).get(s.name, s.partitions),
                 replication_factor=replication,
                 topic_configs=s.config(),
             )

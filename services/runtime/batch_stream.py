@@ -44,7 +44,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from contracts.headers import trace_id_of
 from contracts.topics import DEADLETTER_TOPIC
-from services.runtime.admin import check_partitions, connect_admin
+from services.runtime.admin import PartitionCountError, check_partitions, connect_admin
 from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.health import HealthServer
 from services.runtime.kafka_security import kafka_client_options
@@ -86,8 +86,8 @@ def events_of(records: Sequence[Record]) -> list[RecordEvent]:
 class StateHooks(Protocol):
     """Processor state that lives in a changelog and follows the partitions it belongs to."""
 
-    async def ensure(self) -> None:
-        """Create the changelog topic when missing (start-up)."""
+    async def ensure(self, partitions: int) -> None:
+        """Create the changelog topic when missing (start-up), with the inputs' ``partitions``."""
 
     async def restore(self, partitions: Sequence[int]) -> None:
         """Load the state of newly assigned input partitions from the changelog."""
@@ -138,8 +138,8 @@ class ChangelogState:
             await self.sink.changelog_many(self.topic, pending)
 
     # -- StateHooks ---------------------------------------------------------------------------
-    async def ensure(self) -> None:
-        await ensure_changelog(self.bootstrap, self.topic, PARTITIONS, self.replication)
+    async def ensure(self, partitions: int) -> None:
+        await ensure_changelog(self.bootstrap, self.topic, partitions, self.replication)
 
     async def restore(self, partitions: Sequence[int]) -> None:
         for partition, live in (await read_changelog(self.bootstrap, self.topic, partitions)).items():
@@ -210,6 +210,7 @@ class BatchStream:
         self.hooks = hooks or LoopHooks()
         self.progress = Progress(settings.health_stall_after_s)
         """Lag and commits, for liveness (/healthz fails when input waits and nothing is committed)."""
+        self.base_topics = list(topics)
         self.topics = [settings.topic(t) for t in topics]
         self.positions: dict[TopicPartition, int] = {}
         self.events = 0
@@ -260,12 +261,20 @@ class BatchStream:
         return self.ready.is_set() and self._consumer is not None and bool(self._consumer.assignment())
 
     async def run(self, stop: asyncio.Event) -> None:
+        partitions = PARTITIONS
         if self.state:
             # state of input partition p lives in changelog partition p, and co-partitioned inputs
             # (risk) must route a key to the same partition number: refuse another count
-            await check_partitions(self.settings.kafka_bootstrap, dict.fromkeys(self.topics, PARTITIONS))
+            expected = {self.settings.topic(t): self.settings.partitions_of(t) for t in self.base_topics}
+            try:
+                await check_partitions(self.settings.kafka_bootstrap, expected)
+            except PartitionCountError as exc:
+                raise PartitionCountError([*exc.problems, "expected counts are the registry's unless "
+                                           "BORG_TOPIC_PARTITIONS says otherwise: set it as it was when the topics "
+                                           "were created (`borgctl topics` lists them)"]) from None
+            partitions = max(expected.values())  # one count: BORG_TOPIC_PARTITIONS keeps the inputs equal
         for hooks in self.state:
-            await hooks.ensure()
+            await hooks.ensure(partitions)
         consumer = self._consumer = self._make_consumer()
         consumer.subscribe(self.topics, listener=_Rebalance(self))
         await consumer.start()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 from typing import Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contracts.topics import TOPICS
 from services.runtime.kafka_security import KafkaSecurity
 
 S = TypeVar("S", bound=BaseSettings)
@@ -58,8 +59,13 @@ class RuntimeSettings(KafkaSecurity):
     error_policy: Literal["deadletter", "crash"] = Field(default="deadletter", validation_alias="ERROR_POLICY")
     topic_replication: int = Field(
         default=1, ge=1, le=5, validation_alias="BORG_TOPIC_REPLICATION",
-        description="Replication factor of the registry topics `borgctl topics create` and topic-init make "
-                    "(their partition counts are the registry's: state assumes them)",
+        description="Replication factor of the registry topics `borgctl topics create` and topic-init make",
+    )
+    topic_partitions: str = Field(
+        default="", validation_alias="BORG_TOPIC_PARTITIONS",
+        description="Partition counts other than the registry's, as `topic=count,…`; the node-keyed streams the "
+                    "stages join and keep state for (the registry's 6-partition topics) are co-partitioned and must "
+                    "be set together. Read by `borgctl topics create` and checked by every stage at start-up",
     )
     health_stall_after_s: float = Field(
         default=120.0,
@@ -71,9 +77,50 @@ class RuntimeSettings(KafkaSecurity):
     def topic(self, base: str) -> str:
         return f"{self.topic_prefix}{base}"
 
+    @field_validator("topic_partitions")
+    @classmethod
+    def _partitions_are_registry_topics(cls, value: str) -> str:
+        parse_topic_partitions(value)
+        return value
+
+    def partitions_of(self, base_topic: str) -> int:
+        """The partition count of a registry topic (its name without the prefix) in this deployment."""
+        return parse_topic_partitions(self.topic_partitions).get(base_topic) or _REGISTRY_PARTITIONS[base_topic]
+
 
 class SettingsError(SystemExit):
     """Start-up failure caused by a missing or bad setting (message names the variable)."""
+
+
+_REGISTRY_PARTITIONS = {spec.name: spec.partitions for spec in TOPICS}
+CO_PARTITIONED = frozenset(name for name, n in _REGISTRY_PARTITIONS.items() if n == 6)
+"""The node-keyed streams (and task events) the stages read together and keep state for: one count for all
+(the registry gives exactly these 6 partitions; the decision topics 3, the single-record ones 1)."""
+
+
+def parse_topic_partitions(value: str) -> dict[str, int]:
+    """``BORG_TOPIC_PARTITIONS`` as a mapping; a ValueError naming the bad entry otherwise."""
+    out: dict[str, int] = {}
+    for entry in (e.strip() for e in value.split(",")):
+        if not entry:
+            continue
+        name, sep, count = entry.partition("=")
+        name = name.strip()
+        if not sep or name not in _REGISTRY_PARTITIONS:
+            raise ValueError(f"{entry!r}: expected `<registry topic>=<count>` "
+                             f"(topics: {', '.join(_REGISTRY_PARTITIONS)})")
+        try:
+            n = int(count)
+        except ValueError:
+            raise ValueError(f"{entry!r}: the count is not an integer") from None
+        if not 1 <= n <= 10_000:
+            raise ValueError(f"{entry!r}: the count must be 1..10000")
+        out[name] = n
+    family = {name: out.get(name, _REGISTRY_PARTITIONS[name]) for name in sorted(CO_PARTITIONED)}
+    if len(set(family.values())) > 1:
+        raise ValueError("the co-partitioned topics must share one count (stages join them by key and keep state "
+                         f"per partition): {', '.join(f'{k}={v}' for k, v in family.items())}")
+    return out
 
 
 def load_settings(cls: type[S]) -> S:

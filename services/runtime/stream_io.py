@@ -19,11 +19,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.producer.message_accumulator import BatchBuilder
 from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind
 
 from contracts import ContractError, decode, encode
-from contracts import telemetry as names
 from contracts.base import Contract
 from contracts.headers import Headers, build_headers
 from contracts.topics import DEADLETTER_TOPIC, topic_spec
@@ -31,6 +28,7 @@ from services.runtime.deadletter import dead_letter
 from services.runtime.kafka_security import kafka_client_options
 from services.runtime.metrics import DEADLETTERS, MESSAGES_OUT
 from services.runtime.partitioning import default_partition
+from services.runtime.stream_trace import Publish, publish_span
 
 log = logging.getLogger(__name__)
 KEY_PARTITIONS_MAX = 200_000
@@ -41,18 +39,17 @@ DIRECT_ABOVE = 65_536
 """Values larger than this (bytes) bypass the open batches (dead letters of big inputs)."""
 
 
-_tracer = trace.get_tracer("borg.runtime")
-
-
 class Sink:
     """One producer for everything a stream processor writes; ``flush`` before acking a batch."""
 
     def __init__(self, *, bootstrap: str, service: str, topic_prefix: str, linger_ms: int = 5,
-                 producer_spans: bool = False) -> None:
+                 producer_spans: bool = True) -> None:
         self.service = service
-        # a PRODUCER span per ``send`` (messaging conventions): for the low-rate outputs of the agents
-        # and the referee; the stream stages' per-record outputs carry their stage span's context
+        # a PRODUCER span per output (messaging conventions), a child of the context the output is
+        # sent under (a stage's span for that record); the output's traceparent names it. Made by
+        # stream_trace's direct path (cost: docs/performance.md); an unsampled record costs a span id.
         self.producer_spans = producer_spans
+        self._publish: dict[str, Publish] = {}
         self.prefix = topic_prefix
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap, **kafka_client_options(),
@@ -115,30 +112,41 @@ class Sink:
         It is appended to an open batch of its partition (the one the producer's default
         partitioner picks for the key) and handed to the producer by ``push`` (after each
         batch of input) or ``flush``: one ``send_batch`` per partition instead of a
-        ``send`` per message (~20 µs less per output in regime). A value over
+        ``send`` per message (what that saves: docs/stream.md). A value over
         ``DIRECT_ABOVE`` bytes goes through ``send`` itself, after what is open, so the
         producer's own size checks apply to it alone.
         """
         if not self.producer_spans:
-            await self.send_encoded(base_topic, key, encode(value), ctx)
+            await self._append(base_topic, key, encode(value), ctx, None)
             return
-        topic = self.topic(base_topic)
-        with _tracer.start_as_current_span(
-            names.SPAN_PUBLISH.format(topic=base_topic), context=ctx, kind=SpanKind.PRODUCER,
-            attributes={names.MESSAGING_SYSTEM: "kafka", names.MESSAGING_OPERATION: "send",
-                        names.MESSAGING_OPERATION_NAME: "send", names.MESSAGING_DESTINATION: topic},
-        ) as span:
-            # the consumer's span continues from this one
-            await self.send_encoded(base_topic, key, encode(value), trace.set_span_in_context(span))
+        with publish_span(self._publish_of(base_topic), ctx) as out:  # the consumer continues from this span
+            await self._append(base_topic, key, encode(value), out, None)
 
     async def send_encoded(self, base_topic: str, key: str, value_bytes: bytes,
-                           ctx: otel_context.Context | None) -> None:
+                           ctx: otel_context.Context | None, *, extra_headers: Headers | None = None) -> None:
         """``send`` for a value already encoded as ``contracts.encode`` would (a processor that
-        keeps the bytes anyway, e.g. regime's replay history, does not encode twice)."""
+        keeps the bytes anyway, e.g. regime's replay history, does not encode twice).
+        ``extra_headers`` follow the standard ones (e.g. ``borg-rollout`` during a model rollout)."""
+        if not self.producer_spans:
+            await self._append(base_topic, key, value_bytes, ctx, extra_headers)
+            return
+        with publish_span(self._publish_of(base_topic), ctx) as out:
+            await self._append(base_topic, key, value_bytes, out, extra_headers)
+
+    def _publish_of(self, base_topic: str) -> Publish:
+        publish = self._publish.get(base_topic)
+        if publish is None:
+            publish = self._publish[base_topic] = Publish(base_topic, self.topic(base_topic))
+        return publish
+
+    async def _append(self, base_topic: str, key: str, value_bytes: bytes, ctx: otel_context.Context | None,
+                      extra_headers: Headers | None) -> None:
         spec = topic_spec(base_topic)
         topic = self.topic(base_topic)
         key_bytes = key.encode()
         headers = build_headers(spec.schema, ctx)
+        if extra_headers:
+            headers = [*headers, *extra_headers]
         if len(value_bytes) > DIRECT_ABOVE:
             await self.push()
             await self._send(topic, key_bytes, value_bytes, headers)

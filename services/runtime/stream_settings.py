@@ -9,7 +9,10 @@ carry over.)
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import AliasChoices, Field
+from pydantic.fields import FieldInfo
 
 from services.runtime.settings import RuntimeSettings
 
@@ -53,6 +56,24 @@ class StreamSettings(RuntimeSettings):
                                 description="how often the model directory's CURRENT is checked")
 
 
+def stream_default(name: str, default: object) -> Any:
+    """A service's own default for the shared ``StreamSettings`` field ``name``, declared on its settings class.
+
+    Keeps the field's environment names, bounds and description; the variable still wins. Usage:
+    ``commit_interval_s: float | None = stream_default("commit_interval_s", 5.0)``.
+    """
+    return FieldInfo.merge_field_infos(StreamSettings.model_fields[name], default=default)
+
+
 def app_id(service: str, prefix: str) -> str:
     """The service's consumer group and the stem of its changelog topics."""
     return f"{prefix}borg-{service}"
+
+
+def changelog_name(app: str, table: str, prefix: str = "") -> str:
+    """The compacted changelog of one state table: ``<prefix>borg-<app>-<table>-changelog``.
+
+    ``app`` is the stream service's name, or the consumer group of an agent or the referee
+    (they add the prefix themselves through ``settings.topic``, so they pass none here).
+    """
+    return f"{app_id(app, prefix)}-{table}-changelog"

@@ -1,6 +1,6 @@
 """One model call for a batch of FeatureVectors: what regime and anomaly share.
 
-``score_vectors`` decodes each consumed ``features.v1`` event (``contracts.fast_featurevector``),
+``score_vectors`` decodes each consumed ``features.v1`` event (``contracts.fast.featurevector``),
 dead-letters what does not decode (the contract's error) and what the model cannot take
 (``vector_problem``: another feature schema or length), runs the model once on the rest
 and dead-letters the rows it fails on (isolated row by row as ``infer_rows`` does, with
@@ -20,8 +20,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from contracts import ContractError
-from contracts.fast_featurevector import FeatureRow, decode_feature_row
-from featurelib.node_features import N_FEATURES, vector_problem
+from contracts.fast.featurevector import FeatureRow, decode_feature_row
+from featurelib.node.schema import N_FEATURES, vector_problem
 from services.runtime.model_watch import ModelWatcher, infer_rows
 from services.runtime.stream_io import Sink
 

@@ -29,7 +29,7 @@ from contracts.models import (
     LoadForecast,
     RegimeLabelV2,
 )
-from contracts.topics import FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.scheduler_extender.scoring import (
     NEVER_MS,
     AnomalyIn,
@@ -43,9 +43,9 @@ from services.scheduler_extender.scoring import (
     unknown_card,
 )
 
-ANOMALIES_TOPIC = "anomalies.v1"
+ANOMALIES_TOPIC = Topic.ANOMALIES
 STATE_TOPICS: tuple[str, ...] = (REGIMES_TOPIC, ANOMALIES_TOPIC, RISK_TOPIC, FORECASTS_TOPIC)
-ACTIONS_TOPIC = "actions.v1"
+ACTIONS_TOPIC = Topic.ACTIONS
 MAX_DECISIONS = 100_000
 _POD_SUFFIX = re.compile(r"^(?P<rs>.+)-[bcdfghjklmnpqrstvwxz2456789]{5}$")
 

@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hold-s", type=float, default=60.0, help="orchestrator: an admission hold lasts this long")
     p.add_argument("--orchestrator-actions", default=None,
                    help="orchestrator: comma-separated action kinds applied (default all; others refused)")
+    p.add_argument("--forecast-model", type=Path, default=ROOT / "models" / "forecast",
+                   help="load forecaster root (its CURRENT) or a version directory, for the report's forecast "
+                        "section (missing or refused: baselines only, and the reason in details.forecast)")
     p.add_argument("--model", type=Path, default=ROOT / "models" / "regime",
                    help="regime model root (its CURRENT) or a version directory")
     p.add_argument("--placement-model", type=Path, default=ROOT / "models" / "placement",
@@ -132,6 +135,15 @@ def run(args: argparse.Namespace, command: str) -> int:
         print("eval arena: no arrivals (no task fits a node?)", file=sys.stderr)
         return 2
 
+    from simulator.arena import forecast as load_forecast
+
+    forecast_cpu = time.process_time()
+    forecaster, forecast_skip = load_forecast.load_model(args.forecast_model)
+    forecast_cpu = time.process_time() - forecast_cpu
+    progress(forecast_skip or f"forecast model {forecaster.version if forecaster else '?'} (report section)")
+    # a quick run has 12 buckets of arena time: with the stage's 1 h of history nothing could be scored
+    fc_history = 3 if args.quick else load_forecast.MIN_HISTORY
+    forecasts: dict[str, Any] = {"skipped_model": forecast_skip, "policies": {}}
     outcomes: list[ArenaOutcome] = []
     results: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
@@ -181,6 +193,11 @@ def run(args: argparse.Namespace, command: str) -> int:
         if observer is not None:
             summary[f"{name}_abstain_reasons"] = {k: v / max(observer.windows, 1)
                                                    for k, v in observer.abstain_reasons.items()}
+        fc_started = time.process_time()
+        forecasts["policies"][name] = fc = load_forecast.evaluate(out.node_load, args.tick_s, forecaster,
+                                                                                min_history=fc_history)
+        forecast_cpu += time.process_time() - fc_started
+        progress(load_forecast.summary_line(name, fc))
         outcomes.append(out)
         results += rows(name, m)
         summary[name] = m
@@ -203,10 +220,20 @@ def run(args: argparse.Namespace, command: str) -> int:
                "tick_s": args.tick_s, "arrivals": stats.as_dict(),
                "orchestrator": {"every_ticks": args.orchestrator_every_ticks, "taint_ttl_s": args.taint_ttl_s,
                                 "hold_s": args.hold_s, "actions": args.orchestrator_actions},
-               "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary}
+               "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary,
+               "forecast": forecasts}
     doc = {"machine": machine(), "results": results, "details": details}
     (args.out / "results.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     pngs = plot(outcomes, args.out, f"arena seed {args.seed}: {nodes} nodes, {len(arrivals):,} tasks")
+    first = outcomes[0]
+    if first.node_load is not None:
+        fc_started = time.process_time()
+        fc_png = load_forecast.plot(first.node_load, args.tick_s, forecaster, args.out / "forecast_vs_actual.png",
+                                    f"{first.policy}, seed {args.seed}: busiest node, forecast made 15 min earlier",
+                                    min_history=fc_history)
+        pngs += [fc_png] if fc_png is not None else []
+        forecast_cpu += time.process_time() - fc_started
+    progress(f"forecast section: {forecast_cpu:.2f} s CPU (model load, scoring, plot)")
     progress(f"wrote {args.out / 'results.json'} and {', '.join(p.name for p in pngs)}")
     return 0
 

@@ -90,6 +90,9 @@ class ArenaOutcome:
     model_cpu_s: float
     observer: RegimeObserver | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    node_load: np.ndarray | None = None
+    """Per tick and node: requested CPU and memory as fractions of the node, shape (ticks, nodes, 2)
+    (the actual load the forecast section of the report scores forecasts against)."""
 
 
 Reporter = Callable[[str], None]
@@ -215,6 +218,7 @@ class Arena:
         pending: deque[Arrival] = deque()
         finished: list[Finished] = []
         util, used, viol, useful = [], [], [], []
+        node_load: list[list[tuple[float, float]]] = []
         decisions = placements = 0
         policy_cpu = 0.0
         nxt = 0
@@ -232,6 +236,8 @@ class Arena:
             d, p, c = self._place(t_s, pending)
             decisions, placements, policy_cpu = decisions + d, placements + p, policy_cpu + c
             util.append(sum(r.requested_milli_cpu for r in self.resources) / (NODE_MILLI_CPU * self.n))
+            node_load.append([(r.requested_milli_cpu / NODE_MILLI_CPU, r.requested_memory / NODE_MEMORY)
+                              for r in self.resources])
             used.append(sum(1 for r in self.residents if r))
             useful.append(sum(t.pod.milli_cpu / t.slowdown for r in self.residents for t in r)
                           / (NODE_MILLI_CPU * self.n))
@@ -253,7 +259,8 @@ class Arena:
         return ArenaOutcome(self.policy.name, tick, self.tick_s, self.horizon_ticks, finished, running,
                             len(pending) + len(self.arrivals) - nxt + held, decisions, placements, np.asarray(util),
                             np.asarray(used, dtype=np.float64), np.asarray(useful), np.asarray(viol), policy_cpu,
-                            model_cpu, self.observer, extra)
+                            model_cpu, self.observer, extra,
+                            np.asarray(node_load, dtype=np.float64).reshape(len(node_load), self.n, 2))
 
     def _advance(self, t_s: float, finished: list[Finished]) -> float:
         """One tick of work on every node; returns the SLO-violation task-seconds accrued."""

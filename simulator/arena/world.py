@@ -4,7 +4,7 @@ live regime stage would publish from them.
 :class:`ArenaCluster` is the :class:`~simulator.cluster.SyntheticCluster` (same SKUs, missing events,
 multiplexing, noise, counter model) with its random epochs replaced by the arena's placements: a node's
 co-runners are the tasks bound to it, at their intensities. :class:`RegimeObserver` runs the live
-path on those counters: ``featurelib.node_features`` (``sample_from_dict`` → ``NodeWindows``), the
+path on those counters: ``featurelib.node`` (``sample_from_dict`` → ``NodeWindows``), the
 shipped ONNX regime model, ``RegimeModel.judge`` (abstention) and the stage's hysteresis, batched over
 the nodes once per tick, and keeps the latest label per node as the extender would hold it.
 """
@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from contracts.models import REGIMES, UNKNOWN_REGIME
-from featurelib.node_features import DictStore, NodeWindows, as_model_input, sample_from_dict
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.schema import as_model_input
+from featurelib.node.windows import DictStore, NodeWindows
 from services.regime import hysteresis
 from services.regime.abstention import REASON_BITS
 from services.regime.model import RegimeModel

@@ -25,6 +25,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from contracts.models import DriftReport, FeatureDrift, FeatureVector, LoadForecast, LoadQuantiles
+from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC
+from featurelib.node.schema import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
 from services.runtime.producer import Producer
 from tests.conftest import ROOT, wait_until
 from tests.integration.test_dashboard_kafka import (
@@ -56,6 +59,7 @@ FLAGS = [
     "--window-size=1600,1000",
 ]
 ARTIFACT = ROOT / "test-artifacts" / "dashboard.png"
+LOAD_ARTIFACT = ROOT / "test-artifacts" / "dashboard-forecast-drift.png"
 NODES = 300
 
 
@@ -171,9 +175,71 @@ async def chromium(tmp_path: Path) -> AsyncIterator[DevTools]:
             drain.cancel()
 
 
+BUCKET_MS = 300_000
+HORIZONS_S = (300, 900, 1800)
+
+
+def load_cpu(k: int) -> float:
+    """Actual CPU of node load-0 in the k-th of five 5-minute buckets (the forecasts below miss it by 0.04)."""
+    return 0.2 + 0.1 * k
+
+
+async def produce_load_and_drift(bootstrap: str, prefix: str) -> None:
+    """features.v1 vectors for two nodes over five buckets, forecasts made at the first three bucket ends
+    (load-0: p50 = this bucket's actual + 0.06, the next bucket's actual is + 0.1, i.e. 0.04 off; load-1: unknown),
+    and drift reports of two models."""
+    producer = Producer(bootstrap=bootstrap, client_id="dashboard-browser-load", topic_prefix=prefix, linger_ms=20)
+    await producer.start()
+    try:
+        now = int(time.time() * 1000)
+        ends = [now - now % BUCKET_MS - (4 - k) * BUCKET_MS for k in range(5)]  # the last one is still open
+        schema = node_feature_schema_hash()
+        for k, end in enumerate(ends):
+            for node, cpu in (("load-0", load_cpu(k)), ("load-1", 0.5)):
+                values = [0.0] * N_FEATURES
+                values[FEATURE_INDEX["cpu_util_mean_10s"]] = cpu
+                values[FEATURE_INDEX["mem_util_mean_10s"]] = 0.4
+                for back in (200_000, 100_000):
+                    ts = end - back
+                    await producer.send("features.v1", node, FeatureVector(
+                        node=node, ts_ms=ts, window_s=10, schema_hash=schema, values=values,
+                        valid=[True] * N_FEATURES, samples=10, input_ts_ms=ts))
+            if k < 3:
+                p50 = round(load_cpu(k) + 0.06, 4)  # next bucket's actual is load_cpu(k) + 0.1
+                quantiles = [LoadQuantiles(horizon_s=h, resource=r, p50=p50, p90=p50 + 0.1)  # type: ignore[arg-type]
+                             for h in HORIZONS_S for r in ("cpu", "memory")]
+                await producer.send(FORECASTS_TOPIC, "load-0", LoadForecast(
+                    node="load-0", ts_ms=end + 5000, window_end_ms=end, status="ok", history_buckets=200,
+                    quantiles=quantiles, model_version="fc-browser", input_ts_ms=end))
+        await producer.send(FORECASTS_TOPIC, "load-1", LoadForecast(
+            node="load-1", ts_ms=ends[3] + 5000, window_end_ms=ends[3], status="unknown",
+            reason="insufficient_history", history_buckets=4, model_version="fc-browser", input_ts_ms=ends[3]))
+        common: dict[str, Any] = {"model_version": "v-test", "window_s": 300.0, "data_threshold": 0.12,
+                                  "feature_threshold": 0.25, "prediction_threshold": 0.2}
+        for i in range(3):  # a short history: the last report of regime is `drift`
+            await producer.send(DRIFT_TOPIC, "regime", DriftReport(
+                model="regime", ts_ms=now - (2 - i) * 30_000, samples=1400, prediction_samples=1400,
+                status="drift" if i == 2 else "no_drift", reasons=["data score 0.310 > 0.12"] if i == 2 else [],
+                data_score=0.05 + 0.13 * i, max_psi=0.9, features_over=7,
+                features=[FeatureDrift(feature="llc_miss_ratio_10s", psi=0.9, missing_rate=0.0,
+                                       reference_missing_rate=0.0)],
+                prediction_psi=0.04, predictions={"none": 0.6, "llc": 0.4}, missing_rate=0.0,
+                reference_missing_rate=0.0, **common))
+        failure: dict[str, Any] = {
+            "model": "failure", "ts_ms": now, "samples": 0, "prediction_samples": 12,
+            "status": "insufficient_data", "reasons": ["12 answers < 300"], **common}
+        if "concept" in DriftReport.model_fields:  # concept drift, when drift.v1 carries it: drawn generically
+            failure["concept"] = [{"horizon_s": 300, "status": "insufficient_data", "labels": 3, "positives": 1}]
+        await producer.send(DRIFT_TOPIC, "failure", DriftReport.model_validate(failure))
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
 async def test_dashboard_in_headless_chromium(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
     started = time.monotonic()
     traffic = await replay_traffic(kafka_bootstrap, topic_prefix, nodes=NODES, rounds=6)
+    await produce_load_and_drift(kafka_bootstrap, topic_prefix)
     arena = tmp_path / "arena"
     arena.mkdir()
     rows = [("kube-default", 200.0, 0.50), ("random", 300.0, 0.48), ("extender", 120.0, 0.52)]
@@ -288,6 +354,55 @@ async def test_dashboard_in_headless_chromium(kafka_bootstrap: str, topic_prefix
         )
         assert await page.eval("window.__noReload === true")
 
+        # forecast beside actual: latest p50/p90 per horizon, chart, rolling WAPE; `unknown` with its reason
+        load = await page.wait_for(
+            """(() => { const r = document.querySelector('#load tr[data-load-node="load-0"]');
+                        const u = document.querySelector('#load tr[data-load-node="load-1"]');
+                        if (!r || !u || !r.querySelector('.fc-w[data-h="300"]')) return null;
+                        const w = r.querySelector('.fc-w[data-h="300"]').textContent;
+                        if (w === '–') return null;
+                        return {status: r.dataset.status, q5: r.querySelector('td.fc-q[data-h="300"]').textContent,
+                                wape5: w, actual: r.querySelector('td.num').textContent,
+                                lines: [...r.querySelectorAll('svg.fc-chart polyline')]
+                                         .map(p => p.getAttribute('class')),
+                                unknown: u.dataset.status, why: u.querySelector('.fc-status').textContent,
+                                fleet: document.querySelector('#load-summary .fc-w[data-h="300"] b').textContent,
+                                summary: document.getElementById('load-summary').textContent}; })()""",
+            what="forecast vs actual rows with a scored 5-minute WAPE",
+        )
+        # the latest forecast (made at the third bucket's end): p50 = load_cpu(2) + 0.06, p90 = p50 + 0.1
+        assert load["status"] == "ok" and load["q5"] == "46% /56%", load
+        assert load["actual"].startswith("60%"), load  # the open bucket's newest 10 s mean, load_cpu(4)
+        # three scored 5-minute targets, each 0.04 under the actual: 0.12 / (0.3 + 0.4 + 0.5)
+        assert load["wape5"] == "0.10" and load["fleet"] == "0.10", load
+        assert {"actual", "f300", "f900", "f1800"} <= set(load["lines"]), load
+        assert load["unknown"] == "unknown" and "insufficient history" in load["why"], load
+        assert "1 unknown (insufficient history 1)" in load["summary"], load
+        # drift per model: status, scores against thresholds, top inputs, any further field generically
+        drift = await page.wait_for(
+            """(() => { const m = document.querySelector('#drift .drift-model[data-model="regime"]');
+                        const f = document.querySelector('#drift .drift-model[data-model="failure"]');
+                        if (!m || !f) return null;
+                        return {status: m.dataset.status, text: m.textContent,
+                                spark: m.querySelectorAll('svg.spark polyline').length,
+                                failure: f.dataset.status, ftext: f.textContent,
+                                concept: [...f.querySelectorAll('.drift-field[data-field="concept"] td')]
+                                           .map(t => t.textContent),
+                                count: document.getElementById('drift-count').textContent}; })()""",
+            what="drift panel with both models",
+        )
+        assert drift["status"] == "drift" and "0.310" in drift["text"] and "llc_miss_ratio_10s" in drift["text"], drift
+        assert drift["spark"] == 2, drift  # data score and prediction PSI histories
+        assert drift["failure"] == "insufficient_data" and "12 answers < 300" in drift["ftext"], drift
+        assert drift["count"] == "2 models · 1 drifting", drift
+        if "concept" in DriftReport.model_fields:
+            assert "300" in drift["concept"] and "3" in drift["concept"], drift
+        await page.eval("document.getElementById('load-panel').scrollIntoView()")
+        shot = await page.call("Page.captureScreenshot", format="png")
+        LOAD_ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+        LOAD_ARTIFACT.write_bytes(base64.b64decode(shot["data"]))
+        await page.eval("window.scrollTo(0, 0)")
+
         # screenshot of the whole page as an operator sees it
         await page.eval("""(() => { const f = document.getElementById('node-filter');
                                      f.value = ''; f.dispatchEvent(new Event('input')); })()""")
@@ -298,6 +413,7 @@ async def test_dashboard_in_headless_chromium(kafka_bootstrap: str, topic_prefix
         stats = await page.eval("window.__dashboard.stats")
         assert stats["maxApplyMs"] < 250, stats
         assert stats["maxRenderMs"] < 250, stats
+        assert stats["maxLoadDriftMs"] < 50, stats  # the forecast and drift panels' share of a frame
         print(f"browser main-thread cost with {NODES} nodes: {stats}")
         shot = await page.call("Page.captureScreenshot", format="png")
         ARTIFACT.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from contracts.models import LoadForecast
 from contracts.topics import FORECASTS_TOPIC
 from featurelib.load_features import HOUR, STEP_S
 from featurelib.load_serving import CPU_COLUMN, MEM_COLUMN
-from featurelib.node_features import N_FEATURES, node_feature_schema_hash
+from featurelib.node.schema import N_FEATURES, node_feature_schema_hash
 from tests.integration.test_stream_pipeline import collector, running, spawn, wait_ready
 from tests.kafka_helpers import produce_contracts
 

@@ -43,8 +43,8 @@ from contracts import (
     encode,
 )
 from contracts.base import Contract
-from contracts.models import DeploymentState, HorizonRisk, TargetRef
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from contracts.models import DeploymentState, DriftReport, HorizonRisk, LoadForecast, TargetRef
+from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC
 from services.agents import admission, efficiency, reliability
 from services.risk.model import load_failure_model
 from services.runtime.admin import connect_admin
@@ -67,6 +67,8 @@ SERVICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "regime": ("regime", ("features.v1",)),
     "anomaly": ("anomaly", ("features.v1",)),
     "risk": ("risk", ("taskevents.v1", "features.v1")),
+    "forecast": ("forecast", ("features.v1",)),
+    "drift": ("drift", ("features.v1", REGIMES_TOPIC, RISK_TOPIC, "taskevents.v1")),
     "agent-reliability": ("agents.reliability", reliability.INPUT_TOPICS),
     "agent-efficiency": ("agents.efficiency", efficiency.INPUT_TOPICS),
     "agent-admission": ("agents.admission", admission.INPUT_TOPICS),
@@ -75,7 +77,7 @@ SERVICES: dict[str, tuple[str, tuple[str, ...]]] = {
 PROCESSING_REFUSALS: dict[tuple[str, str], frozenset[str]] = {
     # (service, topic) → cases the contract accepts but the service, by design, cannot process (one
     # ``processing`` letter each): NodeState.seq is an unbounded int, the window state stores int64
-    # (featurelib.node_features._SEQ_LIMIT)
+    # (featurelib.node.windows._SEQ_LIMIT)
     ("features", "nodestate.v1"): frozenset({"int_2_pow_70", "int_400_digits"}),
 }
 TOPICS = sorted({t for _, topics in SERVICES.values() for t in topics})
@@ -213,6 +215,9 @@ def good_records(now_ms: int) -> dict[str, list[tuple[str, Contract]]]:
     fv = template("features.v1")
     vectors = [FeatureVector.model_validate({**fv, "node": f"good-fv-{i}", "ts_ms": now_ms - 1000 * i,
                                              "input_ts_ms": now_ms - 1000 * i - 5}) for i in range(3)]
+    # the forecast stage answers when a 5-minute bucket closes: two windows of one node, 400 s apart
+    vectors += [FeatureVector.model_validate({**fv, "node": "good-fc", "ts_ms": ts, "input_ts_ms": ts - 5})
+                for ts in (now_ms - 400_000, now_ms)]
     tasks = [TaskEvent(task_id=f"good-task-{i}", job_id="good-job", task_index=i, ts_ms=now_ms + i, event=event,
                        source="synthetic", machine="good-fv-0", cpu_request=0.2, memory_request=0.1)
              for i in range(2) for event in ("SUBMIT", "SCHEDULE")]
@@ -361,6 +366,7 @@ def spawn_all(bootstrap: str, prefix: str, tmp: Path) -> tuple[ServiceProc, ...]
     failure = models_dir(tmp)
     extra: dict[str, dict[str, str]] = {
         "risk": {"RISK_MODEL_DIR": str(failure), "RISK_RESCORE_S": "0"},
+        "drift": {"DRIFT_FAILURE_MODEL_DIR": str(failure), "DRIFT_REPORT_EVERY_S": "1"},
         "referee": {"REFEREE_MODE": "shadow", "REFEREE_GROUP_ID": group_of("referee", prefix),
                     "REFEREE_WINDOW_MS": "100", "REFEREE_MIN_SCORE": "0.05"},
     }
@@ -388,7 +394,7 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
 
     services = spawn_all(kafka_bootstrap, prefix, tmp_path)
     bases = ["deadletter.v2", "features.v1", REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC, "proposals.v1",
-             "decisions.v1"]
+             "decisions.v1", FORECASTS_TOPIC, DRIFT_TOPIC]
     with running(*services):
         await wait_ready(services, timeout=120)
         now_ms = int(time.time() * 1000)
@@ -398,20 +404,35 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
         expected_letters = sum(1 for (topic, _), case in located.items() for service, (_, topics) in SERVICES.items()
                                if topic in topics and expected_kind(service, topic, case) is not None)
         async with collector(kafka_bootstrap, prefix, bases) as (_, poll_until):
+            missing: list[str] = []
+
             def outputs_seen(g: Any) -> bool:
                 regimes = {v.node for v in accepted(g, REGIMES_TOPIC, RegimeLabelV2)}
                 anomalies = {v.node for v in accepted(g, "anomalies.v1", AnomalyScore)}
                 risks = {v.target for v in accepted(g, RISK_TOPIC, FailureRiskV2)}
                 proposals = {(p.agent, p.target.key()) for p in accepted(g, "proposals.v1", Proposal)}
                 decisions = {d.target.key() for d in accepted(g, "decisions.v1", Decision)}
-                return (len(g.records["deadletter.v2"]) >= expected_letters
-                        and any(v.node.startswith("sim-") for v in accepted(g, "features.v1", FeatureVector))
-                        and "good-fv-0" in regimes and "good-fv-0" in anomalies and "good-task-0" in risks
-                        and ("reliability", "Deployment/good/web") in proposals
-                        and ("admission", "Node/_/good-hot") in proposals
-                        and "Deployment/good/api" in decisions)
+                forecasts = {f.node for f in accepted(g, FORECASTS_TOPIC, LoadForecast)}
+                checks = {
+                    f"{expected_letters} dead letters": len(g.records["deadletter.v2"]) >= expected_letters,
+                    "features of the sim- nodes": any(v.node.startswith("sim-")
+                                                      for v in accepted(g, "features.v1", FeatureVector)),
+                    "regime of good-fv-0": "good-fv-0" in regimes,
+                    "anomaly of good-fv-0": "good-fv-0" in anomalies,
+                    "risk of good-task-0": "good-task-0" in risks,
+                    "reliability scale-out of good/web": ("reliability", "Deployment/good/web") in proposals,
+                    "admission proposal on good-hot": ("admission", "Node/_/good-hot") in proposals,
+                    "decision on good/api": "Deployment/good/api" in decisions,
+                    "forecast of good-fc": "good-fc" in forecasts,
+                    "a drift report": bool(accepted(g, DRIFT_TOPIC, DriftReport)),
+                }
+                missing[:] = [what for what, ok in checks.items() if not ok]
+                return not missing
 
-            await poll_until(outputs_seen, 90, "a letter per refused case and service, outputs of the good records")
+            try:
+                await poll_until(outputs_seen, 90, "a letter per refused case and service, outputs of the good records")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; missing: {missing}") from None
 
             # every group is past the corpus and the good records (a commit follows the letters' acks)
             behind: dict[str, dict[str, tuple[int, int]]] = {}

@@ -17,7 +17,9 @@ import pytest
 
 from contracts import FeatureVector, RegimeLabelV2
 from contracts.topics import REGIMES_TOPIC
-from featurelib.node_features import features_for_stream, node_feature_schema_hash, sample_from_dict
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.schema import node_feature_schema_hash
+from featurelib.node.windows import features_for_stream
 from services.node_agent.events import CACHE_EVENTS, HARDWARE_EVENTS
 from simulator import SyntheticCluster
 from tests.integration.test_stream_pipeline import collector, running, spawn, wait_ready

@@ -31,7 +31,8 @@ from contracts import AnomalyScore, FailureRiskV2, FeatureVector, RegimeLabelV2,
 from contracts.headers import build_headers, trace_id_of
 from contracts.models import REGIMES, UNKNOWN_REGIME
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
-from featurelib.node_features import DictStore, NodeWindows, sample_from_dict
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.windows import DictStore, NodeWindows
 from services.risk.model import load_failure_model
 from services.runtime.model_watch import ModelRefusedError, resolve
 from simulator import SyntheticCluster

@@ -37,7 +37,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from contracts import FeatureVector, decode
-from featurelib.node_features import DictStore, NodeWindows, sample_from_dict
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.windows import DictStore, NodeWindows
 from services.risk.replay import committed_offsets
 from services.runtime.admin import describe_topics
 from services.runtime.stream_settings import PARTITIONS, app_id

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from contracts import FeatureVector, decode
-from featurelib.node_features import DictStore, NodeWindows, sample_from_dict
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.windows import DictStore, NodeWindows
 from services.risk.replay import committed_offsets
 from services.runtime.stream_settings import app_id
 from tests.integration.test_stream_pipeline import collector, produce_states, running, scenario, spawn, stop, wait_ready

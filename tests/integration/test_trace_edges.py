@@ -43,8 +43,14 @@ EXPECTED_EDGES: list[tuple[str, str, str]] = [
 # Spans the referee itself must record inside the decision's trace.
 EXPECTED_REFEREE_SPANS = ["referee decide", "k8s write"]
 # PRODUCER spans (messaging conventions) of the outputs on the decision's path.
-EXPECTED_PRODUCER_SPANS = [("replay", "nodestate.v1 publish"), ("agent-admission", "proposals.v1 publish"),
+EXPECTED_PRODUCER_SPANS = [("replay", "nodestate.v1 publish"), ("features", "features.v1 publish"),
+                           ("regime", f"{REGIMES_TOPIC} publish"), ("agent-admission", "proposals.v1 publish"),
                            ("referee", "decisions.v1 publish"), ("referee", "actions.v1 publish")]
+# (service, span, its parent's service, the parent span): a stream stage's output has a producer span below
+# the stage span of the record it answers, and the next stage continues from that producer span.
+EXPECTED_PARENTS = [("features", "features.v1 publish", "features", "features window"),
+                    ("regime", "regime infer", "features", "features.v1 publish"),
+                    ("regime", f"{REGIMES_TOPIC} publish", "regime", "regime infer")]
 SERVICES = ["features", "regime", "anomaly", "agent-admission", "referee"]
 MIN_SERVICES = 6
 """replay, features, regime, anomaly (it consumes the same window, continuing its trace), the agent, the referee."""
@@ -107,7 +113,8 @@ def _post(url: str, body: dict[str, Any]) -> Any:
 
 
 async def _prioritize_until_linked(port: int, nodes: list[str], tmp_path: Path) -> None:
-    """POST /prioritize for the replayed nodes until Jaeger holds its span with a link to a `regime infer` span."""
+    """POST /prioritize for the replayed nodes until Jaeger holds its span with a link to a regime message's span
+    (its producer span, `regimes.v2 publish`, below the `regime infer` span that made it)."""
     args = {"Pod": {"metadata": {"name": "placed", "namespace": "trace-test", "uid": "u-1",
                                  "labels": {"borg-orchestrator.io/workload-class": "memory_bound"}},
                     "spec": {"containers": [{"name": "app", "image": "x"}]}},
@@ -125,7 +132,7 @@ async def _prioritize_until_linked(port: int, nodes: list[str], tmp_path: Path) 
                         if ref["refType"] == "CHILD_OF":
                             continue
                         target = (_jaeger(f"/api/traces/{ref['traceID']}").get("data") or [{}])[0]
-                        if any(t["spanID"] == ref["spanID"] and t["operationName"] == "regime infer"
+                        if any(t["spanID"] == ref["spanID"] and t["operationName"] == f"{REGIMES_TOPIC} publish"
                                for t in target.get("spans", [])):
                             return True
         except OSError:
@@ -134,7 +141,7 @@ async def _prioritize_until_linked(port: int, nodes: list[str], tmp_path: Path) 
 
     try:
         await wait_until(linked_regime_span, timeout=90, interval=2.0,
-                         what="an extender prioritize span linking a regime infer span")
+                         what="an extender prioritize span linking a regime message's producer span")
     except AssertionError:
         log = (tmp_path / "scheduler-extender.log").read_text(errors="replace")[-2000:]
         raise AssertionError(f"no linked extender span; extender log tail:\n{log}") from None
@@ -145,6 +152,20 @@ def producers_of(trace: dict[str, Any]) -> set[tuple[str, str]]:
     services = {pid: p["serviceName"] for pid, p in trace["processes"].items()}
     return {(services[s["processID"]], s["operationName"]) for s in trace["spans"]
             if any(t["key"] == "span.kind" and t["value"] == "producer" for t in s.get("tags", []))}
+
+
+def parents_of(trace: dict[str, Any]) -> set[tuple[str, str, str, str]]:
+    """(service, span name, parent's service, parent's span name) of every span with a parent in the trace."""
+    services = {pid: p["serviceName"] for pid, p in trace["processes"].items()}
+    spans = {s["spanID"]: s for s in trace["spans"]}
+    found = set()
+    for span in trace["spans"]:
+        for ref in span.get("references", []):
+            parent = spans.get(ref["spanID"]) if ref["refType"] == "CHILD_OF" else None
+            if parent is not None:
+                found.add((services[span["processID"]], span["operationName"], services[parent["processID"]],
+                           parent["operationName"]))
+    return found
 
 
 def edges_of(trace: dict[str, Any]) -> tuple[set[tuple[str, str, str]], list[tuple[str, str]]]:
@@ -275,6 +296,8 @@ async def test_decision_trace_has_every_edge(
             spans_missing = [s for s in EXPECTED_REFEREE_SPANS if ("referee", s) not in named]
             spans_missing += [f"{svc}: {name}" for svc, name in EXPECTED_PRODUCER_SPANS
                               if (svc, name) not in producers_of(data[0])]
+            spans_missing += [f"{row[:2]} below {row[2:]}" for row in EXPECTED_PARENTS
+                              if row not in parents_of(data[0])]
             if len({svc for svc, _ in named}) < MIN_SERVICES:
                 spans_missing.append(f"spans of {MIN_SERVICES} services")
             return (found, named) if not missing and not spans_missing else None
@@ -286,7 +309,8 @@ async def test_decision_trace_has_every_edge(
             found, named = edges_of(data) if data else (set(), [])
             raise AssertionError(
                 f"missing edges {set(EXPECTED_EDGES) - found}; spans seen: {sorted(set(named))}; "
-                f"producer spans: {sorted(producers_of(data)) if data else []}"
+                f"producer spans: {sorted(producers_of(data)) if data else []}; "
+                f"parents: {sorted(parents_of(data)) if data else []}"
             ) from None
 
         # The terminal view tells the same story.

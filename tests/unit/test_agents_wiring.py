@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from contracts.topics import REGIMES_TOPIC
+from contracts.models import ClusterCapabilities, ProposalKind, UnsupportedAction
+from contracts.topics import CAPABILITIES_TOPIC, REGIMES_TOPIC
 from services.agents import admission_policy, reliability_policy
 from services.agents.settings import AdmissionSettings, ReliabilitySettings
 from services.agents.wiring import Agent
@@ -63,3 +64,27 @@ def test_what_was_proposed_survives_a_restart_through_its_memory_records() -> No
     forgetful = Agent("admission", AdmissionSettings(repropose_s=300), admission_policy.evaluate, clock)
     again = forgetful.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))
     assert [c.proposal.kind for c in again] == ["taint"]
+
+
+def capabilities(*unsupported: ProposalKind) -> ClusterCapabilities:
+    kinds: tuple[ProposalKind, ...] = ("taint", "cordon", "scale_out")
+    return ClusterCapabilities(cluster="c", ts_ms=NOW, reporter="referee-0",
+                               supported=[k for k in kinds if k not in unsupported],
+                               unsupported=[UnsupportedAction(action=a, missing=["v1 nodes"]) for a in unsupported])
+
+
+def test_an_action_the_cluster_cannot_carry_out_is_not_proposed_until_it_can() -> None:
+    agent = Agent("admission", AdmissionSettings(repropose_s=0), admission_policy.evaluate, Clock())
+    assert agent.observe(CAPABILITIES_TOPIC, "c", capabilities("taint")) == []
+    assert agent.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8)) == []
+    assert agent.unsupported == {"taint": "its API does not serve v1 nodes"}
+    # withheld proposals are not remembered as sent: once supported, the same input proposes at once
+    agent.observe(CAPABILITIES_TOPIC, "c", capabilities())
+    assert [c.proposal.kind for c in agent.observe(REGIMES_TOPIC, "n1", regime("n1", "llc", worst=1.8))] == ["taint"]
+
+
+def test_other_actions_are_still_proposed_when_one_is_unsupported() -> None:
+    agent = Agent("reliability", ReliabilitySettings(repropose_s=0), reliability_policy.evaluate, Clock())
+    agent.observe(CAPABILITIES_TOPIC, "c", capabilities("memory_balloon", "taint"))
+    state = queue("ns", deps=[dep("ns", "web", 4, 1)])
+    assert [c.proposal.kind for c in agent.observe("clusterstate.v1", "c/ns", state)] == ["scale_out"]

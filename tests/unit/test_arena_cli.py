@@ -29,6 +29,10 @@ def test_quick_synthetic_run_writes_every_policy(tmp_path: Path) -> None:
     assert by[("extender", "model_cpu_us_per_decision")] > 0
     assert (out / "slowdown_cdf.png").stat().st_size > 0 and (out / "violations_over_time.png").stat().st_size > 0
     assert doc["details"]["heldout_kinds"] and doc["machine"]["cpus"]
+    # the forecast section: every policy's node load scored (400 s: too short for the 1 h history rule)
+    assert set(doc["details"]["forecast"]["policies"]) == set(KNOWN)
+    assert all("points" in c for c in doc["details"]["forecast"]["policies"]["oracle"]["scores"].values())
+    assert (out / "forecast_vs_actual.png").stat().st_size > 0
 
 
 def test_missing_trace_dir_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from onnx import TensorProto, helper
 
-from featurelib.node_features import N_FEATURES
+from featurelib.node.schema import N_FEATURES
 from services.anomaly import compact_forest
 from services.anomaly.model import AnomalyModel, load_anomaly_model
 from services.runtime.model_watch import onnx_session, resolve

@@ -18,11 +18,13 @@ from typing import Any
 import orjson
 import pytest
 
-import contracts.fast_featurevector as fast
+import contracts.fast.featurevector as fast
 from contracts import AnomalyScore, FeatureVector, RegimeLabel, RegimeLabelV2, decode
 from contracts.base import MAX_TS_MS, MIN_TS_MS, Contract
-from contracts.fast_featurevector import FeatureRow, assembler, decode_feature_row, row_of
-from featurelib.node_features import N_FEATURES, features_for_stream, node_feature_schema_hash, sample_from_dict
+from contracts.fast.featurevector import FeatureRow, assembler, decode_feature_row, row_of
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.schema import N_FEATURES, node_feature_schema_hash
+from featurelib.node.windows import features_for_stream
 from tests.unit.decoder_fuzz import SlowSpy, bytewise, outcome, random_value, run_mutations
 
 TS = 1_700_000_000_000
@@ -92,7 +94,7 @@ def edge_vectors() -> list[dict[str, Any]]:
 
 def test_fast_path_matches_the_pinned_model() -> None:
     assert fast.SCHEMA_MATCHES, (
-        "FeatureVector changed: update contracts/fast_featurevector.py's checks, then PINNED_SCHEMA_SHA256 "
+        "FeatureVector changed: update contracts/fast/featurevector.py's checks, then PINNED_SCHEMA_SHA256 "
         f"= {fast.schema_sha256()!r}"
     )
 

@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 import pytest
 
-import contracts.fast_nodestate as fast
+import contracts.fast.nodestate as fast
 from contracts import NodeState, decode
 from contracts.base import MAX_TS_MS, MIN_TS_MS
-from contracts.fast_nodestate import decode_nodestate_dict
+from contracts.fast.nodestate import decode_nodestate_dict
 from services.node_agent.nodestate import counted, nodestate_dict, without_number
 from services.node_agent.recorded import alibaba_nodestate, parse_alibaba_line
 from simulator import SyntheticCluster
@@ -154,7 +154,7 @@ def node_agent_messages() -> list[dict[str, Any]]:
 
 def test_fast_path_matches_the_pinned_model() -> None:
     assert fast.SCHEMA_MATCHES, (
-        "NodeState changed: update contracts/fast_nodestate.py's checks, then PINNED_SCHEMA_SHA256 "
+        "NodeState changed: update contracts/fast/nodestate.py's checks, then PINNED_SCHEMA_SHA256 "
         f"= {fast.schema_sha256()!r}"
     )
 

@@ -18,7 +18,7 @@ from contracts import FeatureVector
 from contracts.models import LoadForecast
 from featurelib.load_features import HOUR, STEP_S, LoadHistory
 from featurelib.load_serving import CPU_COLUMN, MEM_COLUMN, load_sample
-from featurelib.node_features import N_FEATURES, node_feature_schema_hash
+from featurelib.node.schema import N_FEATURES, node_feature_schema_hash
 from services.forecast.model import ForecastModel, load_forecast_model
 from services.forecast.processor import Closed, ForecastProcessor, unknown_reason
 from services.forecast.settings import ForecastSettings

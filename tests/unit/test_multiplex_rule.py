@@ -14,17 +14,15 @@ import numpy as np
 import pytest
 
 from contracts import NodeState
-from featurelib.node_features import (
+from featurelib.node.samples import (
     COUNTERS_USED,
-    FEATURE_INDEX,
-    MI,
     MULTIPLEX_MIN_FRACTION,
-    as_model_input,
     counter_value,
-    features_for_stream,
     sample_from_dict,
     sample_from_nodestate,
 )
+from featurelib.node.schema import FEATURE_INDEX, MI, as_model_input
+from featurelib.node.windows import features_for_stream
 from services.regime import abstention
 
 T0 = 1_700_000_000_000

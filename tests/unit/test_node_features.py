@@ -12,25 +12,18 @@ import orjson
 import pytest
 
 from contracts import NodeState
-from featurelib.node_features import (
+from featurelib.node.panes import PaneAgg
+from featurelib.node.samples import WRAP_LIMIT, Sample, sample_from_dict, sample_from_nodestate, sample_metrics
+from featurelib.node.schema import (
     FEATURE_INDEX,
     HOP_MS,
     MI,
     N_FEATURES,
     NODE_FEATURE_NAMES,
-    WRAP_LIMIT,
-    DictStore,
-    NodeWindows,
-    PaneAgg,
-    Sample,
-    Window,
     as_model_input,
-    features_for_stream,
     node_feature_schema_hash,
-    sample_from_dict,
-    sample_from_nodestate,
-    sample_metrics,
 )
+from featurelib.node.windows import DictStore, NodeWindows, Window, features_for_stream
 
 T0 = 1_700_000_000_000
 FULL = {

@@ -19,18 +19,17 @@ from typing import Any
 import pytest
 
 from contracts import NodeState
-from featurelib.node_features import (
+from featurelib.node.panes import PaneAgg
+from featurelib.node.samples import (
     COUNTERS_USED,
-    METRICS,
-    MI,
     PEAK_BW_METRIC,
     WRAP_LIMIT,
-    PaneAgg,
     Sample,
     sample_from_dict,
     sample_from_nodestate,
     sample_metrics,
 )
+from featurelib.node.schema import METRICS, MI
 from simulator import SyntheticCluster
 
 # ----------------------------------------------------------------------------- frozen reference

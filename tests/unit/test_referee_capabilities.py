@@ -40,3 +40,13 @@ def test_garbage_in_discovery_is_ignored() -> None:
     caps = Capabilities.from_discovery([{"groupVersion": "v1", "resources": ["nodes", {"name": 3}, {"name": "pods"}]},
                                         {"resources": [{"name": "x"}]}])
     assert caps.served == frozenset({"v1 pods"})
+
+
+def test_the_report_lists_every_action_once_with_what_an_unsupported_one_lacks() -> None:
+    old = [doc("v1", "pods", "pods/eviction", "nodes", "namespaces"), *FULL[1:]]
+    record = Capabilities.from_discovery(old).report("c1", 1_700_000_000_000, "referee-0")
+    assert [u.action for u in record.unsupported] == ["memory_balloon"]
+    assert record.unsupported[0].missing == ["v1 pods/resize"]
+    assert sorted([*record.supported, "memory_balloon"]) == sorted(REQUIRES)
+    assert (record.cluster, record.reporter) == ("c1", "referee-0")
+    assert Capabilities.from_discovery(FULL).report("c1", 1_700_000_000_000, "r").unsupported == []

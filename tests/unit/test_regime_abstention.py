@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from featurelib.node_features import FEATURE_INDEX, N_FEATURES
+from featurelib.node.schema import FEATURE_INDEX, N_FEATURES
 from services.regime import abstention
 from services.regime.model import load_regime_model
 from services.runtime.model_watch import ModelRefusedError, resolve

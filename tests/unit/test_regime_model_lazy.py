@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from featurelib.node_features import N_FEATURES
+from featurelib.node.schema import N_FEATURES
 from services.regime.model import MAX_SLOWDOWN, RegimeModel, load_regime_model
 from services.runtime.model_watch import resolve
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from featurelib.node_features import N_FEATURES
+from featurelib.node.schema import N_FEATURES
 from training.regime.cli import _args
 from training.regime.model import LEARNING_RATE, fit_regime_models, regime_feature_names
 

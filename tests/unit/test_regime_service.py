@@ -22,7 +22,7 @@ from contracts import AnomalyScore, FeatureVector, RegimeLabelV2, decode, encode
 from contracts.headers import build_headers, trace_id_of
 from contracts.models import REGIMES, WORKLOAD_CLASSES
 from contracts.topics import topic_spec
-from featurelib.node_features import FEATURE_INDEX, N_FEATURES, as_model_input, node_feature_schema_hash
+from featurelib.node.schema import FEATURE_INDEX, N_FEATURES, as_model_input, node_feature_schema_hash
 from services.anomaly.model import load_anomaly_model
 from services.anomaly.processor import AnomalyProcessor
 from services.anomaly.settings import AnomalySettings

@@ -8,7 +8,7 @@ import numpy as np
 import orjson
 import pytest
 
-from featurelib.node_features import N_FEATURES, as_model_input
+from featurelib.node.schema import N_FEATURES, as_model_input
 from services.risk import node_record
 
 # 3.4e39 among the values is inf in float32, as it always was in the model input

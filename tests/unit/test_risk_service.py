@@ -22,7 +22,7 @@ import xgboost as xgb
 from onnxmltools.convert.common.data_types import FloatTensorType
 
 from contracts import TaskEvent
-from featurelib.node_features import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
+from featurelib.node.schema import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
 from featurelib.task_features import TASK_FEATURE_NAMES, TaskHistory, task_feature_schema_hash
 from services.risk.aggregate import node_probability
 from services.risk.model import MODEL_KIND, load_failure_model

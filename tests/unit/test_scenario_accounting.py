@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from featurelib.node_features import DictStore, NodeWindows, Sample
+from featurelib.node.samples import Sample
+from featurelib.node.windows import DictStore, NodeWindows
 from loadtests.accounting import FLUSH_PHASE, Tick, account, account_stage, dedupe_windows, read_ticks
 from loadtests.load_plan import node_name
 from loadtests.observe import FeatureWindow

@@ -35,6 +35,7 @@ from opentelemetry.util.types import AttributeValue
 
 from contracts import headers as hdr
 from contracts import telemetry as names
+from contracts.fast.traceparent import TRACEPARENT_00
 from services.runtime import stream_trace
 
 # ------------------------------------------------------------------ oracles (the old code)
@@ -732,7 +733,7 @@ def test_only_the_exact_common_case_takes_the_direct_path(
     cases: list[tuple[Any, Any, Sequence[Link], bool]] = [
         ([("traceparent", TP)], {names.NODE_NAME: "n"}, (), True),
         ([("traceparent", TP)], {names.NODE_NAME: "n"}, (link,), False),  # links: the SDK validates them
-        ([("traceparent", TP[:-2] + b"00")], None, (), False),  # unsampled parent
+        ([("traceparent", TP[:-2] + b"00")], None, (), True),  # unsampled parent: an unrecorded child, directly
         (None, None, (), True),  # a new root, sampled by the ratio sampler's rule
         ([("traceparent", TP)], {"xs": ["a"]}, (), False),  # sequences are copied by the SDK
         ([("traceparent", TP)], {"score": np.float64(0.5)}, (), False),  # not a plain float
@@ -781,5 +782,5 @@ def test_link_to() -> None:
 def test_random_traceparent_generator_reaches_the_fast_path() -> None:
     """Guard for the generator itself: most cases must be the common well-formed shape."""
     rng = random.Random(0)
-    fast = sum(bool(hdr._TRACEPARENT_00.fullmatch(random_traceparent(rng))) for _ in range(1000))
+    fast = sum(bool(TRACEPARENT_00.fullmatch(random_traceparent(rng))) for _ in range(1000))
     assert 200 < fast < 900

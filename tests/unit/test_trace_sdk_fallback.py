@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import ProxyTracer, Span
 
 from contracts import headers as hdr
-from services.runtime import stream_trace
+from contracts.fast import guard
+from services.runtime import stream_trace, trace_fastpath
 
 TP = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -48,8 +49,9 @@ class _Setup:
 @pytest.fixture
 def unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The module as just imported: the SDK not checked yet, no cached direct view."""
-    monkeypatch.setattr(stream_trace, "_direct_ok", None)
-    monkeypatch.setattr(stream_trace, "_direct", None)
+    monkeypatch.setattr(trace_fastpath, "_direct_ok", None)
+    monkeypatch.setattr(trace_fastpath, "_direct", None)
+    monkeypatch.setattr(trace_fastpath, "_direct_producer", None)
 
 
 @pytest.fixture
@@ -72,25 +74,25 @@ def _two_stages_are_traced(s: _Setup) -> None:
 
 
 def _one_warning(caplog: pytest.LogCaptureFixture, words: str) -> None:
-    warnings = [r for r in caplog.records if r.name == stream_trace.__name__ and r.levelno == logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == trace_fastpath.__name__ and r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert words in warnings[0].getMessage()
 
 
 def test_the_installed_sdk_passes_the_check(setup: _Setup, caplog: pytest.LogCaptureFixture) -> None:
-    assert stream_trace._direct_path_problem() is None
+    assert trace_fastpath._direct_path_problem() is None
     _two_stages_are_traced(setup)
     assert setup.sdk_spans == 0  # both went the direct way
-    assert stream_trace._direct_ok is True
+    assert trace_fastpath._direct_ok is True
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_missing_private_module(setup: _Setup, monkeypatch: pytest.MonkeyPatch,
                                 caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(stream_trace, "_NOOP_METRICS", None)
+    monkeypatch.setattr(trace_fastpath, "_NOOP_METRICS", None)
     _two_stages_are_traced(setup)
     assert setup.sdk_spans == 2
-    assert stream_trace._direct_ok is False
+    assert trace_fastpath._direct_ok is False
     _one_warning(caplog, "NoOpTracerMetrics")
 
 
@@ -118,7 +120,7 @@ def test_direct_span_that_differs_from_the_sdk_is_refused(setup: _Setup, monkeyp
                  **kwargs: Any) -> Any:
         return real(name, context, None, resource, attributes, *rest, **kwargs)  # parent lost
 
-    monkeypatch.setattr(stream_trace, "ReadableSpan", shuffled)
+    monkeypatch.setattr(trace_fastpath, "ReadableSpan", shuffled)
     _two_stages_are_traced(setup)
     assert setup.sdk_spans == 2
     _one_warning(caplog, "differs")
@@ -142,17 +144,28 @@ class _RenamedProxy(ProxyTracer):
 def test_field_missing_on_a_tracer_after_the_check(setup: _Setup, monkeypatch: pytest.MonkeyPatch,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """The check passed, then stage_span meets a tracer lacking a private field it reads."""
-    assert stream_trace._check_direct_path()
+    assert trace_fastpath._check_direct_path()
     monkeypatch.setattr(stream_trace, "tracer", _RenamedProxy(setup.tracer))
     _two_stages_are_traced(setup)
     assert setup.sdk_spans == 2
-    assert stream_trace._direct_ok is False
+    assert trace_fastpath._direct_ok is False
     _one_warning(caplog, "_tracer")
 
 
 def test_no_sdk_at_all_still_passes_the_parent_on(unchecked: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stream_trace, "tracer", trace.NoOpTracer())
-    monkeypatch.setattr(stream_trace, "_NOOP_METRICS", None)
+    monkeypatch.setattr(trace_fastpath, "_NOOP_METRICS", None)
     with stream_trace.stage_span("x", [("traceparent", TP)], topic="t", group="g") as ctx:
         out = hdr.build_headers("y", ctx)
     assert hdr.header(out, "traceparent") == TP.decode()
+
+
+def test_another_sdk_release_takes_the_sdk_path(setup: _Setup, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """An SDK upgrade the direct path was not checked against: the public path, whatever the self-check says."""
+    real = guard.installed
+    monkeypatch.setattr(guard, "installed", lambda d: "1.99.0" if d == "opentelemetry-sdk" else real(d))
+    _two_stages_are_traced(setup)
+    assert setup.sdk_spans == 2
+    assert trace_fastpath._direct_ok is False
+    _one_warning(caplog, "opentelemetry-sdk 1.99.0")

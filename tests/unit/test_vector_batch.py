@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from contracts import FeatureVector
-from contracts.fast_featurevector import decode_feature_row
-from featurelib.node_features import N_FEATURES, as_model_input, node_feature_schema_hash, vector_problem
+from contracts.fast.featurevector import decode_feature_row
+from featurelib.node.schema import N_FEATURES, as_model_input, node_feature_schema_hash, vector_problem
 from services.runtime.model_watch import infer_rows
 from services.runtime.vector_batch import infer_batch, model_input, score_vectors
 from tests.unit.standins import Ev, Msg

@@ -20,7 +20,7 @@ import numpy as np
 import onnxruntime
 import sklearn
 
-from featurelib.node_features import FEATURE_SCHEMA_VERSION, NODE_FEATURE_NAMES, node_feature_schema_hash
+from featurelib.node.schema import FEATURE_SCHEMA_VERSION, NODE_FEATURE_NAMES, node_feature_schema_hash
 from training.anomaly.model import AnomalyModel, evaluate, export_anomaly_model, fit_anomaly_model
 from training.progress import Progress
 from training.regime.artifacts import INPUT_NAME, ParityError, VersionDir, new_version
@@ -107,7 +107,7 @@ def _card(args: argparse.Namespace, version: str, command: str, model: AnomalyMo
         "training_seconds": round(seconds, 1),
         "features": {"schema_hash": node_feature_schema_hash(), "schema_version": FEATURE_SCHEMA_VERSION,
                      "names": list(NODE_FEATURE_NAMES), "used": model.feature_names,
-                     "definition": "featurelib/node_features.py"},
+                     "definition": "featurelib/node/"},
         "outputs": {"score": "s = -(scores + offset), the isolation-forest anomaly score in (0, 1]",
                     "offset": model.offset, "threshold": model.threshold, "target_fpr": args.target_fpr},
         "onnx": {"input_name": INPUT_NAME,

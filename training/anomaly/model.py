@@ -20,7 +20,7 @@ from sklearn.ensemble import IsolationForest
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import Pipeline
 
-from featurelib.node_features import FEATURE_INDEX, NODE_FEATURE_NAMES
+from featurelib.node.schema import FEATURE_INDEX, NODE_FEATURE_NAMES
 from simulator import ANOMALY_KINDS
 from training.regime.artifacts import INPUT_NAME, ParityError, max_abs_diff, save_onnx, session
 

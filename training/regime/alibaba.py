@@ -27,7 +27,9 @@ import polars as pl
 import xgboost as xgb
 
 from contracts.models import REGIMES
-from featurelib.node_features import FEATURE_INDEX, DictStore, NodeWindows, as_model_input, sample_from_dict
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.schema import FEATURE_INDEX, as_model_input
+from featurelib.node.windows import DictStore, NodeWindows
 from training.regime.model import RegimeModels, classification_metrics
 from training.regime.simwindows import SimWindows
 

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from featurelib.node_features import FEATURE_INDEX
+from featurelib.node.schema import FEATURE_INDEX
 from services.regime import abstention
 from simulator import holdout_split
 from training.regime.model import LEARNING_RATE, RegimeModels, fit_regime_models, regime_feature_names

@@ -25,7 +25,7 @@ import xgboost
 
 from contracts.models import REGIMES, WORKLOAD_CLASSES
 from featurelib.drift_profile import write_profile
-from featurelib.node_features import FEATURE_SCHEMA_VERSION, NODE_FEATURE_NAMES, node_feature_schema_hash
+from featurelib.node.schema import FEATURE_SCHEMA_VERSION, NODE_FEATURE_NAMES, node_feature_schema_hash
 from services.regime.abstention import judge as judge_rules
 from simulator import holdout_split
 from training.drift_reference import regime_profile
@@ -229,7 +229,7 @@ def _card(args: argparse.Namespace, version: str, command: str, used: list[str],
         "training_seconds": round(seconds, 1),
         "features": {"schema_hash": node_feature_schema_hash(), "schema_version": FEATURE_SCHEMA_VERSION,
                      "names": list(NODE_FEATURE_NAMES), "used": used,
-                     "definition": "featurelib/node_features.py"},
+                     "definition": "featurelib/node/"},
         "outputs": {"regimes": list(REGIMES), "workload_classes": list(WORKLOAD_CLASSES),
                     "classifier": "probabilities[:, i] = P(REGIMES[i])",
                     "interference": "variable[:, 0] = log(slowdown) of a new workload of that class; "

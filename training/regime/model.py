@@ -14,7 +14,7 @@ import xgboost as xgb
 from onnxmltools.convert.common.data_types import FloatTensorType
 
 from contracts.models import REGIMES, WORKLOAD_CLASSES
-from featurelib.node_features import FEATURE_INDEX, NODE_FEATURE_NAMES
+from featurelib.node.schema import FEATURE_INDEX, NODE_FEATURE_NAMES
 from training.regime.artifacts import INPUT_NAME, ParityError, max_abs_diff, save_onnx, session
 
 TARGET_OPSET: Final = 15

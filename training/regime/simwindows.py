@@ -1,6 +1,6 @@
 """Labelled feature windows from the simulator, computed by the same code the features service runs.
 
-Every simulated NodeState goes through ``featurelib.node_features`` (``sample_from_dict`` →
+Every simulated NodeState goes through ``featurelib.node`` (``sample_from_dict`` →
 ``NodeWindows``), so training sees exactly the vectors the stream produces (train/serve
 parity). Ground truth comes from the simulator's truth side channel, never from the
 NodeState stream: a window's label is the majority regime over the ticks of its pane, its
@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from contracts.models import REGIMES, WORKLOAD_CLASSES
-from featurelib.node_features import N_FEATURES, DictStore, NodeWindows, as_model_input, sample_from_dict
+from featurelib.node.samples import sample_from_dict
+from featurelib.node.schema import N_FEATURES, as_model_input
+from featurelib.node.windows import DictStore, NodeWindows
 from simulator import ANOMALY_KINDS, SyntheticCluster
 
 Reporter = Callable[[str], None]

@@ -24,12 +24,15 @@
     cluster: { clusters: [], unlisted: [] },
     pipeline: null,
     deadletters: { by_source: [], last: [] },
+    load: new Map(), // node -> {live, forecast, chart, error} (services/dashboard/load.py)
+    loadSummary: null,
+    drift: [], // one entry per model: {model, report (drift.v1 as dumped), history}
     counts: {},
     connected: false,
     lastMessage: 0,
-    stats: { messages: 0, maxApplyMs: 0, maxRenderMs: 0, renders: 0 }, // main-thread cost, for tests and curiosity
+    stats: { messages: 0, maxApplyMs: 0, maxRenderMs: 0, maxLoadDriftMs: 0, renders: 0 }, // main-thread cost, for tests and curiosity
   };
-  const dirty = { header: true, decisions: true, order: true, nodes: true, cluster: true, pipeline: true, deadletters: true };
+  const dirty = { header: true, decisions: true, order: true, nodes: true, cluster: true, pipeline: true, deadletters: true, load: true, drift: true };
   let frame = 0;
   const $ = (id) => document.getElementById(id);
 
@@ -71,6 +74,18 @@
       .map((p) => `${(((p[0] - t0) / (t1 - t0)) * 64).toFixed(1)},${(17 - (p[1] / top) * 15).toFixed(1)}`);
     const line = xy.length === 1 ? `${xy[0]} ${(64).toFixed(1)},${xy[0].split(",")[1]}` : xy.join(" ");
     return `<svg class="spark" viewBox="0 0 64 18" preserveAspectRatio="none"><polyline class="${cls}" points="${line}"/></svg>`;
+  }
+
+  // a sparkline over the points' own time span (drift reports carry traffic time, not wall time)
+  function sparkSpan(points, cls, max) {
+    if (!points || points.length === 0) return '<svg class="spark" viewBox="0 0 64 18"></svg>';
+    const t0 = points[0][0];
+    const t1 = Math.max(points[points.length - 1][0], t0 + 1);
+    const top = Math.max(max || 0, ...points.map((p) => p[1]), 1e-9);
+    const xy = points.map((p) => `${(((p[0] - t0) / (t1 - t0)) * 64).toFixed(1)},${(17 - (p[1] / top) * 15).toFixed(1)}`);
+    const line = xy.length === 1 ? `0,${xy[0].split(",")[1]} 64,${xy[0].split(",")[1]}` : xy.join(" ");
+    const limit = max ? `<line x1="0" x2="64" y1="${(17 - (max / top) * 15).toFixed(1)}" y2="${(17 - (max / top) * 15).toFixed(1)}"/>` : "";
+    return `<svg class="spark" viewBox="0 0 64 18" preserveAspectRatio="none">${limit}<polyline class="${cls}" points="${line}"/></svg>`;
   }
 
   function regimeStrip(points) {
@@ -122,6 +137,7 @@
     if (full) {
       S.decisions.clear();
       S.nodes.clear();
+      S.load.clear();
       if (msg.config) S.config = msg.config;
     }
     S.version = msg.version;
@@ -146,6 +162,20 @@
       }
       for (const name of msg.removed_nodes) S.nodes.delete(name);
       dirty.order = true;
+    }
+    if (msg.load && (msg.load.length || msg.removed_load.length || full)) {
+      // a diff carries the live part always and the chart part only when it changed: merge by key
+      for (const row of msg.load) S.load.set(row.node, { ...(S.load.get(row.node) || {}), ...row });
+      for (const name of msg.removed_load) S.load.delete(name);
+      dirty.load = true;
+    }
+    if (msg.load_summary) {
+      S.loadSummary = msg.load_summary;
+      dirty.load = true;
+    }
+    if (msg.drift) {
+      S.drift = msg.drift;
+      dirty.drift = true;
     }
     if (msg.cluster) {
       S.cluster = msg.cluster;
@@ -187,6 +217,10 @@
     if (dirty.cluster) renderCluster();
     if (dirty.pipeline) renderPipeline();
     if (dirty.deadletters) renderDeadLetters();
+    const t1 = performance.now();
+    if (dirty.load) renderLoad();
+    if (dirty.drift) renderDrift();
+    S.stats.maxLoadDriftMs = Math.max(S.stats.maxLoadDriftMs, performance.now() - t1);
     document.body.dataset.version = String(S.version);
     S.stats.renders++;
     S.stats.maxRenderMs = Math.max(S.stats.maxRenderMs, performance.now() - t0);
@@ -443,6 +477,178 @@
       (last ? `<div class="subhead">last ${d.last.length}</div>${last}` : '<p class="empty">none — nothing was dropped</p>');
   }
 
+  // ------------------------------------------------------------------ load: forecast vs actual
+
+  const HORIZONS = [300, 900, 1800];
+  const MAX_LOAD_ROWS = 60;
+  const pct = (v) => (typeof v === "number" ? `${(v * 100).toFixed(0)}%` : "–");
+
+  function wapeText(e) {
+    if (!e || e.wape === null || e.wape === undefined) return "–";
+    return `${e.wape.toFixed(2)}`;
+  }
+
+  // actual 5-minute means (solid) and the p50 forecast made 5/15/30 min before each bucket (dashed)
+  function loadChart(chart, resource) {
+    const W = 130, H = 34;
+    if (!chart || chart.s === null || chart.s === undefined) return `<svg class="fc-chart" viewBox="0 0 ${W} ${H}"></svg>`;
+    const actual = chart.actual[resource] || [];
+    const n = actual.length;
+    const series = HORIZONS.map((h) => (chart.forecast[String(h)] || {})[resource] || []);
+    let top = 0.05;
+    for (const arr of [actual, ...series]) for (const v of arr) if (typeof v === "number") top = Math.max(top, v);
+    top = Math.min(1, top * 1.1);
+    const x = (k) => (n <= 1 ? W / 2 : (k / (n - 1)) * (W - 4) + 2);
+    const y = (v) => (H - 2 - (v / top) * (H - 4)).toFixed(1);
+    const line = (arr, cls, until) => {
+      const pts = [];
+      for (let k = 0; k < arr.length && k <= until; k++) if (typeof arr[k] === "number") pts.push(`${x(k).toFixed(1)},${y(arr[k])}`);
+      if (pts.length === 1) pts.push(`${(parseFloat(pts[0]) + 2).toFixed(1)},${pts[0].split(",")[1]}`);
+      return pts.length ? `<polyline class="${cls}" points="${pts.join(" ")}"/>` : "";
+    };
+    const openK = chart.open_end !== null ? Math.round((chart.open_end - chart.s) / chart.d) : n - 1;
+    const now = openK >= 0 && openK < n ? `<line class="now" x1="${x(openK).toFixed(1)}" x2="${x(openK).toFixed(1)}" y1="0" y2="${H}"/>` : "";
+    // the open bucket's mean is partial: the solid line stops at the last closed bucket
+    return `<svg class="fc-chart" viewBox="0 0 ${W} ${H}" preserveAspectRatio="none">${now}` +
+      HORIZONS.map((h, i) => line(series[i], `f${h}`, n)).join("") + line(actual, "actual", openK - 1) + "</svg>";
+  }
+
+  function loadKey(r, resource) {
+    // highest p90 at 30 min first (what the efficiency agent and the extender act on), unknown next
+    const f = r.forecast;
+    if (!f) return -2;
+    if (f.status !== "ok") return -1;
+    const q = (f.quantiles[resource] || []).find((x) => x[0] === 1800) || (f.quantiles[resource] || []).slice(-1)[0];
+    return q ? q[2] : -1;
+  }
+
+  function renderLoad() {
+    dirty.load = false;
+    const resource = $("load-resource").value;
+    const q = $("load-filter").value.trim().toLowerCase();
+    const sm = S.loadSummary;
+    if (sm) {
+      const err = sm.error[resource] || {};
+      $("load-summary").innerHTML =
+        `<span>fleet ${esc(resource)}: ` + HORIZONS.map((h) => {
+          const e = err[String(h)];
+          return `<span class="fc-w key-${h}" data-h="${h}"><i>${horizon(h)}</i> WAPE <b>${wapeText(e)}</b>` +
+            (e ? ` <span class="muted">p90 cov ${fmt(e.p90_coverage)} · n ${e.n}</span>` : "") + "</span>";
+        }).join(" · ") + "</span>" +
+        `<span>${sm.forecasts} forecasts` + (sm.unknown ? `, <b>${sm.unknown}</b> unknown (` +
+          Object.entries(sm.reasons).map(([k, v]) => `${esc(k.replace(/_/g, " "))} ${v}`).join(", ") + ")" : "") + "</span>" +
+        (sm.other_schema ? `<span class="err">${sm.other_schema} vectors of another feature schema ignored</span>` : "");
+    }
+    let list = [...S.load.values()];
+    if (q) list = list.filter((r) => r.node.toLowerCase().includes(q) || (r.forecast && r.forecast.status === q));
+    list.sort((a, b) => loadKey(b, resource) - loadKey(a, resource) || (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+    $("load-count").textContent = `${Math.min(list.length, MAX_LOAD_ROWS)} shown of ${list.length}${q ? ` matching` : ""} nodes`;
+    if (!list.length) {
+      $("load").innerHTML = `<p class="empty">${S.load.size ? "no node matches the filter" : "no load data yet (forecasts.v1, features.v1)"}</p>`;
+      return;
+    }
+    const rk = resource === "cpu" ? "cpu" : "memory";
+    const rows = list.slice(0, MAX_LOAD_ROWS).map((r) => {
+      const lv = r.live;
+      const actual = lv ? `<b>${pct(lv[rk])}</b> <span class="muted" title="mean of the open 5-minute bucket so far">5m ${pct(lv["bucket_" + rk])}</span>` : '<span class="muted">–</span>';
+      const f = r.forecast;
+      let status = '<span class="muted">no forecast</span>';
+      let cells = HORIZONS.map(() => '<td class="fc-q muted">–</td>').join("");
+      if (f && f.status !== "ok") {
+        const why = (f.reason || "").replace(/_/g, " ");
+        status = `<span class="fc-unknown" title="no forecast: nothing acts on it · ${f.history_buckets} buckets of history · model ${esc(f.model)}">unknown</span> <span class="muted">${esc(why)}</span>`;
+      } else if (f) {
+        status = `<span class="muted" title="made at ${esc(new Date(f.window_end).toISOString())} · model ${esc(f.model)}">${age(f.ts)} ago</span>`;
+        cells = HORIZONS.map((h) => {
+          const x = (f.quantiles[rk] || []).find((e) => e[0] === h);
+          return x
+            ? `<td class="fc-q" data-h="${h}" title="${horizon(h)} ahead: p50 ${pct(x[1])}, p90 ${pct(x[2])}"><span class="${x[2] >= 0.85 ? "fc-hot" : ""}">${pct(x[1])}</span> <span class="fc-p90">/${pct(x[2])}</span></td>`
+            : `<td class="fc-q muted" data-h="${h}">–</td>`;
+        }).join("");
+      }
+      const err = (r.error || {})[rk] || {};
+      const wape = '<td class="num">' + HORIZONS.map((h) => `<span class="fc-w key-${h}" data-h="${h}" title="${horizon(h)}: ${err[String(h)] ? `n ${err[String(h)].n} · p90 coverage ${fmt(err[String(h)].p90_coverage)}` : "no scored bucket yet"}">${wapeText(err[String(h)])}</span>`).join(" ") + "</td>";
+      return `<tr data-load-node="${esc(r.node)}" data-status="${f ? esc(f.status) : "none"}"><td>${esc(r.node)}</td>` +
+        `<td class="num">${actual}</td>${cells}<td class="fc-status">${status}</td>` +
+        `<td>${loadChart(r.chart, rk)}</td>${wape}</tr>`;
+    }).join("");
+    $("load").innerHTML =
+      '<table class="t"><thead><tr><th>node</th><th class="num" title="newest 10 s mean">actual</th>' +
+      HORIZONS.map((h) => `<th title="p50 / p90 forecast ${horizon(h)} ahead">${horizon(h)}</th>`).join("") +
+      '<th>forecast</th><th title="actual (solid) vs p50 forecast made 5 / 15 / 30 min earlier (dashed: blue / amber / pink)">' +
+      '<span class="key-300">5m</span> <span class="key-900">15m</span> <span class="key-1800">30m</span> vs actual</th>' +
+      '<th class="num" title="rolling WAPE of the p50 on this node at 5 / 15 / 30 min (hover a value: scored buckets, p90 coverage)">WAPE 5/15/30m</th>' +
+      `</tr></thead><tbody>${rows}</tbody></table>`;
+  }
+
+  // ------------------------------------------------------------------ drift (drift.v1)
+
+  // fields drawn explicitly; any other field of the report (added to drift.v1 later) is listed generically
+  const DRIFT_KNOWN = new Set(["model", "model_version", "ts_ms", "window_s", "samples", "prediction_samples", "status",
+    "reasons", "data_score", "data_threshold", "max_psi", "features_over", "feature_threshold", "features",
+    "prediction_psi", "prediction_threshold", "predictions", "missing_rate", "reference_missing_rate"]);
+
+  function genericValue(v) {
+    if (v === null || v === undefined) return '<span class="muted">–</span>';
+    if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(3);
+    if (typeof v !== "object") return esc(String(v).replace(/_/g, " "));
+    if (Array.isArray(v)) {
+      if (!v.length) return '<span class="muted">none</span>';
+      if (v.every((e) => e && typeof e === "object" && !Array.isArray(e))) {
+        const cols = [...new Set(v.flatMap((e) => Object.keys(e)))];
+        return `<table class="t"><thead><tr>${cols.map((c) => `<th>${esc(c)}</th>`).join("")}</tr></thead><tbody>` +
+          v.map((e) => `<tr>${cols.map((c) => `<td class="num" data-col="${esc(c)}">${genericValue(e[c])}</td>`).join("")}</tr>`).join("") +
+          "</tbody></table>";
+      }
+      return v.map(genericValue).join(", ");
+    }
+    return Object.entries(v).map(([k, x]) => `${esc(k)} ${genericValue(x)}`).join(" · ");
+  }
+
+  function vsThreshold(label, v, limit, title) {
+    if (v === null || v === undefined) return `<span title="${esc(title)}">${label} <b class="muted">–</b></span>`;
+    const over = limit !== null && limit !== undefined && v > limit;
+    return `<span title="${esc(title)}">${label} <b class="${over ? "over" : ""}">${fmt(v, 3)}</b>` +
+      (limit !== null && limit !== undefined ? ` <span class="muted">/ ${fmt(limit, 2)}</span>` : "") + "</span>";
+  }
+
+  function renderDrift() {
+    dirty.drift = false;
+    const models = S.drift;
+    const drifting = models.filter((m) => m.report.status === "drift").length;
+    $("drift-count").textContent = models.length ? `${models.length} models · ${drifting} drifting` : "";
+    if (!models.length) {
+      $("drift").innerHTML = '<p class="empty">no drift report yet (drift.v1)</p>';
+      return;
+    }
+    $("drift").innerHTML = models.map((m) => {
+      const r = m.report;
+      const hist = m.history.filter((h) => h.data_score !== null).map((h) => [h.ts, h.data_score]);
+      const predHist = m.history.filter((h) => h.prediction_psi !== null).map((h) => [h.ts, h.prediction_psi]);
+      const feats = (r.features || []).slice(0, 5).map((f) =>
+        `<span class="${f.psi > r.feature_threshold ? "over" : ""}" title="missing ${fmt(f.missing_rate, 3)} (ref ${fmt(f.reference_missing_rate, 3)})">${esc(f.feature)} ${fmt(f.psi, 3)}</span>`).join(" · ");
+      const preds = Object.entries(r.predictions || {}).map(([k, v]) => `${esc(k)} ${pct(v)}`).join(" · ");
+      const extra = Object.keys(r).filter((k) => !DRIFT_KNOWN.has(k) && r[k] !== null && !(Array.isArray(r[k]) && !r[k].length));
+      const extraHtml = extra.map((k) =>
+        `<div class="drift-field" data-field="${esc(k)}"><span class="subhead" style="padding:4px 0">${esc(k.replace(/_/g, " "))}</span> ${genericValue(r[k])}</div>`).join("");
+      return `<article class="drift-model" data-model="${esc(m.model)}" data-status="${esc(r.status)}">` +
+        `<div class="d-head"><b>${esc(m.model)}</b><span class="badge st-${esc(r.status)}">${esc(r.status.replace(/_/g, " "))}</span>` +
+        `<span class="muted">version ${esc(r.model_version)} · ${r.samples} inputs, ${r.prediction_samples} answers over ${Math.round(r.window_s)}s · ${age(r.ts_ms)} ago</span></div>` +
+        `<div class="drift-facts">` +
+        vsThreshold("data score (mean PSI)", r.data_score, r.data_threshold, "multivariate score: mean PSI over the inputs / threshold") +
+        `<span title="data score history (dotted: threshold)">${sparkSpan(hist, "a", r.data_threshold)}</span>` +
+        vsThreshold("prediction PSI", r.prediction_psi, r.prediction_threshold, "PSI of the answers' distribution / threshold") +
+        `<span title="prediction PSI history (dotted: threshold)">${sparkSpan(predHist, "k", r.prediction_threshold)}</span>` +
+        vsThreshold("missing rate", r.missing_rate, null, `reference ${fmt(r.reference_missing_rate, 3)}`) +
+        `<span class="muted">ref ${fmt(r.reference_missing_rate, 3)}</span>` +
+        `<span>inputs over ${fmt(r.feature_threshold, 2)}: <b>${r.features_over}</b></span></div>` +
+        (feats ? `<div class="drift-reasons">top PSI: ${feats}</div>` : "") +
+        (preds ? `<div class="drift-reasons">answers: ${preds}</div>` : "") +
+        (r.reasons && r.reasons.length ? `<div class="drift-reasons">${r.reasons.map(esc).join(" · ")}</div>` : "") +
+        (extraHtml ? `<div class="drift-extra">${extraHtml}</div>` : "") + "</article>";
+    }).join("");
+  }
+
   // ------------------------------------------------------------------ benefit (arena results)
 
   // metrics where a lower value is the better one (slowdowns, violations, cost); others: higher is better
@@ -496,6 +702,8 @@
   $("decision-pause").addEventListener("change", () => schedule("decisions"));
   $("node-filter").addEventListener("input", () => { $("nodes").scrollTop = 0; schedule("order"); });
   $("node-sort").addEventListener("change", () => schedule("order"));
+  $("load-resource").addEventListener("change", () => schedule("load"));
+  $("load-filter").addEventListener("input", () => schedule("load"));
   $("nodes").addEventListener("scroll", () => schedule("nodes"), { passive: true });
   window.addEventListener("resize", () => schedule("nodes"));
   // ages, staleness and the connection badge move with time even when no message arrives

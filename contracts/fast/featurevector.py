@@ -3,18 +3,17 @@
 ``decode_feature_row(data)`` makes exactly the accept/reject decision of
 ``decode(FeatureVector, data)``, raises the same ``ContractError``, and returns the
 vector as a light :class:`FeatureRow`: the scalar fields, the values packed as float64
-and the ``valid`` flags as a byte mask, ready for ``numpy.frombuffer``. ~11 µs against
-~14 µs for ``decode`` plus packing (2.5 KB, 157 features, batches of 500 kept alive, as
-in a processor), and it spares the processors turning 157 Python floats per row into
-numpy (~8 µs).
+and the ``valid`` flags as a byte mask, ready for ``numpy.frombuffer``. It is cheaper than
+``decode`` plus packing, and it spares the processors turning 157 Python floats per row
+into numpy (figures and the command that measures them: ``docs/performance.md``).
 
 Not keeping the values as Python floats is much of the gain: a batch of 500 vectors as
 lists holds ~80,000 floats (~2 MB) at once, where packing each vector right away lets the
 parser reuse the memory it just freed. The same checks returning a FeatureVector (lists
-kept) measured ~1 µs *slower* than pydantic's ``model_validate_json``, which parses and
+kept) measured *slower* than pydantic's ``model_validate_json``, which parses and
 validates in one pass; that is why there is no such function here.
 
-As in ``contracts/fast_nodestate.py`` (read its docstring for the strict-JSON rules),
+As in ``contracts/fast/nodestate.py`` (read its docstring for the strict-JSON rules),
 the fast checks only ever *accept*: anything they do not fully understand (a failed
 check, a parse error, an escape sequence, a duplicate key, an unexpected exception)
 goes through ``contracts.codec.decode``, whose answer (the model, then packed, or the
@@ -22,7 +21,7 @@ exact error) is returned. ``tests/unit/test_fast_featurevector.py`` fuzzes that 
 accept is never a pydantic reject and yields the same values.
 
 The 157 ``values`` and ``valid`` items are not type-checked one by one in Python (that
-alone would cost ~6 µs); the raw text of the two arrays is checked instead, which is
+alone would cost about as much as the rest); the raw text of the two arrays is checked instead, which is
 exact because the text has no escapes and orjson parsed it:
 
 * The text must hold exactly 20 ``"``: the 8 keys plus ``node`` and ``schema_hash``
@@ -45,7 +44,6 @@ exact because the text has no escapes and orjson parsed it:
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections.abc import Callable
 from functools import lru_cache
@@ -55,9 +53,10 @@ import orjson
 
 from contracts.base import MAX_TS_MS, MIN_TS_MS, Contract
 from contracts.codec import decode
+from contracts.fast import guard
 from contracts.models import FeatureVector
 
-__all__ = ["SCHEMA_MATCHES", "FeatureRow", "assembler", "decode_feature_row", "row_of"]
+__all__ = ["ACTIVE", "MIRROR", "SCHEMA_MATCHES", "FeatureRow", "assembler", "decode_feature_row", "row_of"]
 
 M = TypeVar("M", bound=Contract)
 
@@ -79,15 +78,21 @@ _BETWEEN: Final = b'],"valid":['  # the arrays as orjson writes them: values, th
 # ``SCHEMA_MATCHES`` fails until the checks are updated and the hash re-pinned. The
 # schema does not show validators: ``_mask_matches`` (len(values) == len(valid)) is
 # mirrored below.
+# The pydantic / orjson releases are pinned too: the strict-JSON rules and orjson's output
+# format (the array text checked below) are theirs.
 PINNED_SCHEMA_SHA256: Final = "cc487bd98fbafc07299f1db23365aedc752f2315668b8230cb33d4b3e9039e57"
+MIRROR: Final = guard.Mirror("FeatureVector decode",
+                             {"pydantic": "2.14.4", "pydantic-core": "2.50.5", "orjson": "3.13.0"},
+                             lambda: FeatureVector.model_json_schema(), PINNED_SCHEMA_SHA256)
 
 
 def schema_sha256() -> str:
-    schema = orjson.dumps(FeatureVector.model_json_schema(), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(schema).hexdigest()
+    return guard.schema_sha256(FeatureVector.model_json_schema())
 
 
 SCHEMA_MATCHES: Final = schema_sha256() == PINNED_SCHEMA_SHA256
+ACTIVE: bool = guard.enabled(MIRROR)
+"""Whether the fast checks run (re-evaluate with ``guard.enabled(MIRROR)``)."""
 
 def _slot_setter(model: type[Contract], name: str) -> Callable[[Any, Any], None]:
     """The ``__set__`` of the descriptor behind attribute ``name`` (a slot of BaseModel)."""
@@ -103,11 +108,15 @@ def assembler(model: type[M]) -> Callable[[dict[str, Any]], M]:
 
     The instance is what validation would have built from the same values: ``fields``
     becomes its ``__dict__`` as it is, so it must hold every field, in field order, with
-    the exact types validation yields (float, not int, for a float field). ~0.5 µs
-    against ~2 µs for validation (and ~3 µs for ``model_construct``, which also resolves
-    aliases and defaults). Models with private attributes, ``model_post_init`` or extra
-    fields allowed need more than this and are refused.
+    the exact types validation yields (float, not int, for a float field). Cheaper than
+    validation and than ``model_construct``, which also resolves aliases and defaults
+    (``docs/performance.md``). Models with private attributes, ``model_post_init`` or extra
+    fields allowed need more than this and are refused. It writes pydantic's instance
+    slots itself, so when the pinned pydantic is not the installed one (``ACTIVE`` false)
+    the builder is ``model_validate`` (the same instance, validated).
     """
+    if not ACTIVE:
+        return model.model_validate
     if (model.__pydantic_post_init__ or model.__private_attributes__ or model.__pydantic_root_model__
             or model.model_config.get("extra") == "allow"):
         raise TypeError(f"{model.__name__} needs model_construct")
@@ -195,8 +204,8 @@ def decode_feature_row(data: bytes | None) -> FeatureRow:
 
     Raises ``contracts.codec.ContractError`` exactly as ``decode(FeatureVector, data)`` does.
     """
-    # A backslash means an escape sequence: let pydantic decide (see fast_nodestate).
-    if type(data) is not bytes or b"\\" in data or not SCHEMA_MATCHES:
+    # A backslash means an escape sequence: let pydantic decide (see contracts/fast/nodestate.py).
+    if type(data) is not bytes or b"\\" in data or not ACTIVE:
         return _slow(data)
     try:
         obj = orjson.loads(data)

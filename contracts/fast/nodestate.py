@@ -3,15 +3,15 @@
 ``decode_nodestate_dict(data)`` returns the same dict as
 ``decode(NodeState, data).model_dump()`` and raises the same ``ContractError``,
 but validates the orjson-parsed dict with hand-written checks instead of building
-a pydantic model: about half the cost of ``decode`` alone on simulator messages
-(~12 µs against ~23 µs for 2.5 KB, of which orjson.loads is ~6 µs).
+a pydantic model (what that saves, measured: ``docs/performance.md``).
 
 Correctness rests on one rule: the fast checks only ever *accept*. Whenever they
 see anything they do not fully understand (a failed check, a parse error, an
 escape sequence, a duplicate key, an unexpected exception) the value goes through
 ``contracts.codec.decode`` and whatever it decides (accept or the exact error) is
 the answer. So a fast accept must imply a pydantic accept; that is what
-``tests/unit/test_fast_nodestate.py`` fuzzes.
+``tests/unit/test_fast_nodestate.py`` fuzzes. The checks run only while the model's schema
+and the pydantic releases they were checked against are the installed ones (``MIRROR``).
 
 Rules of pydantic's strict JSON validation mirrored here (each checked empirically
 against pydantic 2.14 / pydantic-core 2.50, see the tests):
@@ -36,16 +36,16 @@ against pydantic 2.14 / pydantic-core 2.50, see the tests):
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Final
 
 import orjson
 
 from contracts.base import MAX_TS_MS, MIN_TS_MS
 from contracts.codec import decode
+from contracts.fast import guard
 from contracts.models import NodeState
 
-__all__ = ["SCHEMA_MATCHES", "decode_nodestate_dict"]
+__all__ = ["ACTIVE", "MIRROR", "SCHEMA_MATCHES", "decode_nodestate_dict"]
 
 _MAX_INTERVAL_MS: Final = 3_600_000
 _NAME_MAX: Final = 253
@@ -61,18 +61,22 @@ _REQUIRED: Final = 9
 _MISSING: Final = object()
 
 # The checks below hand-copy NodeState as it was when they were written (pinned by
-# the hash of its JSON schema). If the model changes, the fast path switches itself
-# off (every value goes through pydantic, still correct) and the unit test that
-# asserts ``SCHEMA_MATCHES`` fails until the checks are updated and the hash re-pinned.
+# the hash of its JSON schema) and pydantic's strict-JSON rules of the releases below.
+# If either changes, the fast path switches itself off (every value goes through
+# pydantic, still correct) and the unit tests that assert ``SCHEMA_MATCHES`` and
+# ``ACTIVE`` fail until the checks are re-checked and the pins updated.
 PINNED_SCHEMA_SHA256: Final = "a629bc800994397a4cceebeb82b99aa4b1c555774a7e8706bcf5391b7048601b"
+MIRROR: Final = guard.Mirror("NodeState decode", {"pydantic": "2.14.4", "pydantic-core": "2.50.5", "orjson": "3.13.0"},
+                             lambda: NodeState.model_json_schema(), PINNED_SCHEMA_SHA256)
 
 
 def schema_sha256() -> str:
-    schema = orjson.dumps(NodeState.model_json_schema(), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(schema).hexdigest()
+    return guard.schema_sha256(NodeState.model_json_schema())
 
 
 SCHEMA_MATCHES: Final = schema_sha256() == PINNED_SCHEMA_SHA256
+ACTIVE: bool = guard.enabled(MIRROR)
+"""Whether the fast checks run (re-evaluate with ``guard.enabled(MIRROR)``)."""
 
 
 class _FallbackError(Exception):
@@ -251,7 +255,7 @@ def decode_nodestate_dict(data: bytes | None) -> dict[str, Any]:
     # A backslash means an escape sequence: rather than rely on orjson and pydantic's
     # parser agreeing on every escape (they do on lone surrogates, for one), let
     # pydantic decide. Producers never escape anything in practice.
-    if type(data) is not bytes or b"\\" in data or not SCHEMA_MATCHES:
+    if type(data) is not bytes or b"\\" in data or not ACTIVE:
         return _slow(data)
     try:
         obj = orjson.loads(data)

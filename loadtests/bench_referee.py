@@ -29,6 +29,7 @@ from aiokafka import AIOKafkaConsumer
 
 from contracts import decode
 from contracts.models import ActionResult, Decision, Proposal, TargetRef
+from contracts.topics import Topic
 from services.referee.loop import Referee
 from services.referee.settings import RefereeSettings
 from services.runtime.admin import create_topics
@@ -137,7 +138,7 @@ async def _case(
                 ts_ms=int(time.time() * 1000),
             )
             sent_at[p.proposal_id] = time.perf_counter()
-            await source.send("proposals.v1", target.key(), p)
+            await source.send(Topic.PROPOSALS, target.key(), p)
             delay = start + (i + 1) / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -153,7 +154,7 @@ async def _case(
             now = time.perf_counter()
             for records in batch.values():
                 for r in records:
-                    if r.topic.endswith("decisions.v1"):
+                    if r.topic.endswith(Topic.DECISIONS):
                         d = decode(Decision, r.value)
                         decided[d.decision_id] = [p.proposal_id for p in d.proposals]
                         continue

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,10 +27,12 @@ from typing import Any
 
 import psutil
 
-from services.runtime.kafka_security import kafka_client_options
+from contracts.topics import Topic
+from loadtests.arena_live.kube import stop_process
+from loadtests.procs import delete_topics
 
 BENCH = "agent"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _row(case: str, metric: str, value: float, unit: str, offered: float | None = None) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def sampling_cycle(cycles: int) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         spool = Spool(tmp, max_bytes=256 * 1024 * 1024)
         sampler = LiveSampler()
-        shipper = Shipper(spool, lambda: None, "nodestate.v1")  # type: ignore[arg-type,return-value]
+        shipper = Shipper(spool, lambda: None, Topic.NODESTATE)  # type: ignore[arg-type,return-value]
         agent = NodeAgent(source=LiveSource("bench-node", sampler), spool=spool, shipper=shipper, interval_s=1.0)
         sampler.open()
         try:
@@ -109,11 +110,7 @@ def agent_process(bootstrap: str, prefix: str, seconds: float) -> list[dict[str,
             t1, c1 = time.monotonic(), ps.cpu_times()
             rss_mb = ps.memory_info().rss / 2**20
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, 20)
     used = (c1.user + c1.system) - (c0.user + c0.system)
     return [
         _row("agent_process_1hz", "cpu_pct", used / (t1 - t0) * 100, "% of one core", offered=1.0),
@@ -131,7 +128,7 @@ async def spool_drain(bootstrap: str, prefix: str, count: int) -> list[dict[str,
 
     sim = SyntheticCluster(nodes=100, seed=1)
     encoder = SyntheticEncoder(sim)
-    headers = build_headers("nodestate.v1")
+    headers = build_headers(Topic.NODESTATE)
     with tempfile.TemporaryDirectory() as tmp:
         spool = Spool(tmp, max_bytes=1024 * 1024 * 1024)
         tick = 0
@@ -151,7 +148,7 @@ async def spool_drain(bootstrap: str, prefix: str, count: int) -> list[dict[str,
                 max_batch_size=1_048_576,
             )
 
-        shipper = Shipper(spool, producer, "nodestate.v1", batch_records=5000, attempt_timeout_s=60)
+        shipper = Shipper(spool, producer, Topic.NODESTATE, batch_records=5000, attempt_timeout_s=60)
         await shipper.ship_once()  # connect + warm up
         sent = shipper.delivered
         t0, c0 = time.monotonic(), time.process_time()
@@ -197,20 +194,7 @@ async def _topics(bootstrap: str, prefix: str) -> None:
     from contracts.topics import topic_spec
     from services.runtime.admin import create_topics
 
-    await asyncio.wait_for(create_topics(bootstrap, prefix=prefix, specs=(topic_spec("nodestate.v1"),)), timeout=20)
-
-
-async def _drop_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
-    await admin.start()
-    try:
-        names = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if names:
-            await admin.delete_topics(names)
-    finally:
-        await admin.close()
+    await asyncio.wait_for(create_topics(bootstrap, prefix=prefix, specs=(topic_spec(Topic.NODESTATE),)), timeout=20)
 
 
 def run_agent_bench(quick: bool) -> list[dict[str, Any]]:
@@ -238,7 +222,7 @@ def run_agent_bench(quick: bool) -> list[dict[str, Any]]:
         finally:
             gc.unfreeze()
             try:
-                asyncio.run(_drop_topics(bootstrap, prefix))
+                asyncio.run(delete_topics(bootstrap, prefix))
             except Exception as exc:
                 _say(f"could not delete bench topics {prefix}*: {exc}")
     return rows

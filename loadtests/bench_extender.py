@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
+from loadtests.arena_live.kube import stop_process
 from services.scheduler_extender.extender import Extender
 from services.scheduler_extender.scoring import CLASS_INDEX, ScoringConfig
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
@@ -210,7 +211,7 @@ async def _serve(nodes: int) -> None:
 def _http_rows(iterations: int) -> list[dict[str, Any]]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     child = subprocess.Popen(
-        [sys.executable, "-m", "services.scheduler_extender.bench", "serve", "--nodes", str(max(SIZES))],
+        [sys.executable, "-m", "loadtests.bench_extender", "serve", "--nodes", str(max(SIZES))],
         stdout=subprocess.PIPE,
         env=env,
         text=True,
@@ -236,12 +237,7 @@ def _http_rows(iterations: int) -> list[dict[str, Any]]:
             out += rows(f"nodes={n},path=http", wall)
         conn.close()
     finally:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        stop_process(child, 10)
     return out
 
 
@@ -283,7 +279,7 @@ def _in_process_rows(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.scheduler_extender.bench")
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_extender")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve synthetic state over HTTP (the benchmark's child process)")
     serve.add_argument("--nodes", type=int, default=max(SIZES))
