@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import signal
 import sys
+import time
 
 from borgctl import stack
 from borgctl.errors import UserError
@@ -145,7 +146,14 @@ def cmd_topics(args: argparse.Namespace) -> int:
             created = asyncio.run(create_topics(bootstrap(), prefix=args.prefix, replication=args.replication,
                                                 partitions=counts))
             print(f"created {len(created)}: {', '.join(created) or '(all present)'}")
-        states = asyncio.run(describe_topics(bootstrap(), [f"{args.prefix}{t.name}" for t in TOPICS]))
+        names = [f"{args.prefix}{t.name}" for t in TOPICS]
+        states = asyncio.run(describe_topics(bootstrap(), names))
+        # the broker's metadata can lag topics created a moment ago: ask again for a few seconds
+        for _ in range(20 if args.action == "create" else 0):
+            if all(name in states for name in names):
+                break
+            time.sleep(0.5)
+            states = asyncio.run(describe_topics(bootstrap(), names))
     except Exception as exc:
         if isinstance(exc, RuntimeError) and "refused" in str(exc):  # the broker answered: say what it refused
             raise UserError(f"Kafka at {bootstrap()}: {exc}", 1) from None

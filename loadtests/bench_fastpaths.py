@@ -29,6 +29,7 @@ import contracts.fast.nodestate as fast_ns
 import contracts.fast.traceparent as fast_tp
 from contracts import FeatureVector, NodeState, decode
 from contracts import headers as hdr
+from contracts.topics import Topic
 from services.runtime import stream_trace, trace_fastpath
 
 TP_SAMPLED = [("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]
@@ -112,28 +113,28 @@ def rows(quick: bool) -> list[tuple[str, float, float]]:
                 _per_call_us(lambda: FeatureVector.model_validate(dict(fields)), calls, rounds)))
     pair("traceparent extract", lambda: hdr.extract_trace(TP_SAMPLED), _off(fast_tp))
     ctx = hdr.extract_trace(TP_SAMPLED)
-    pair("headers build", lambda: hdr.build_headers("features.v1", ctx), _off(fast_tp))
+    pair("headers build", lambda: hdr.build_headers(Topic.FEATURES, ctx), _off(fast_tp))
 
     provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(1.0)), shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(_Drop(), max_queue_size=1 << 20))
     saved = stream_trace.tracer, stream_trace.producer_tracer
     stream_trace.tracer = provider.get_tracer("borg.stream")
     stream_trace.producer_tracer = provider.get_tracer("borg.runtime")
-    publish = stream_trace.Publish("features.v1", "features.v1")
+    publish = stream_trace.Publish(Topic.FEATURES, Topic.FEATURES)
 
     def stage(headers: list[tuple[str, bytes]]) -> Callable[[], object]:
         def run() -> object:
-            with stream_trace.stage_span("features window", headers, topic="nodestate.v1", group="g",
+            with stream_trace.stage_span("features window", headers, topic=Topic.NODESTATE, group="g",
                                          attributes={"borg.node.name": "n1"}) as c:
-                return hdr.build_headers("features.v1", c)
+                return hdr.build_headers(Topic.FEATURES, c)
         return run
 
     def stage_and_publish(headers: list[tuple[str, bytes]]) -> Callable[[], object]:
         def run() -> object:
-            with stream_trace.stage_span("features window", headers, topic="nodestate.v1", group="g",
+            with stream_trace.stage_span("features window", headers, topic=Topic.NODESTATE, group="g",
                                          attributes={"borg.node.name": "n1"}) as c, \
                     stream_trace.publish_span(publish, c) as out_ctx:
-                return hdr.build_headers("features.v1", out_ctx)
+                return hdr.build_headers(Topic.FEATURES, out_ctx)
         return run
 
     try:

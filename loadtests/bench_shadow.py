@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from contracts import FeatureVector
+from contracts.topics import Topic
 from featurelib.node.schema import node_feature_schema_hash
 from services.regime.model import RegimeModel, load_regime_model
 from services.regime.processor import RegimeProcessor
@@ -69,7 +70,7 @@ def events(batches: int, size: int) -> list[list[Any]]:
         values = [0.0 if v != v else float(v) for v in x.tolist()]
         fv = FeatureVector(node=str(node), ts_ms=int(ts), window_s=10, schema_hash=schema, values=values,
                            valid=[v == v for v in x.tolist()], samples=10, input_ts_ms=int(ts))
-        msg = SimpleNamespace(topic="features.v1", partition=0, offset=i, key=str(node).encode(),
+        msg = SimpleNamespace(topic=Topic.FEATURES, partition=0, offset=i, key=str(node).encode(),
                               value=orjson.dumps(fv.model_dump(mode="json")), headers=[], timestamp=int(ts))
         out.append(SimpleNamespace(message=msg))
     return [out[i:i + size] for i in range(0, len(out) - size + 1, size)][:batches]

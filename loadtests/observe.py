@@ -32,6 +32,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.runtime.kafka_security import kafka_client_options
+from services.runtime.pause import pause
 
 log = logging.getLogger(__name__)
 
@@ -279,8 +280,7 @@ class LagSampler:
             except Exception as exc:  # a slow or failed poll must not end the run
                 self.errors += 1
                 log.debug("lag sample failed: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=max(0.05, self.interval_s - (time.monotonic() - started)))
+            await pause(stop, max(0.05, self.interval_s - (time.monotonic() - started)))
 
     def latest(self) -> dict[tuple[str, str], LagSample]:
         out: dict[tuple[str, str], LagSample] = {}
@@ -368,8 +368,7 @@ class ProcSampler:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             self.sample_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
+            await pause(stop, self.interval_s)
 
     def names(self) -> list[str]:
         return sorted({s.name for s in self.samples})

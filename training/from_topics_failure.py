@@ -28,6 +28,7 @@ from typing import Any
 
 from contracts.codec import ContractError, decode
 from contracts.models import TaskEvent
+from contracts.topics import Topic
 from featurelib.borg_units import LargestNode, task_units
 from training.errors import DataError, IngestError
 from training.from_topics import FromTopicsError, read_topic, record_run
@@ -45,7 +46,7 @@ MIN_SPAN_S = 4 * 3600
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="borgctl train failure --from-topics", description=__doc__.splitlines()[0])
-    p.add_argument("--from-topics", nargs="?", const="taskevents.v1", default="taskevents.v1",
+    p.add_argument("--from-topics", nargs="?", const=Topic.TASKEVENTS, default=Topic.TASKEVENTS,
                    help="the task events topic (default taskevents.v1; BORG_TOPIC_PREFIX applies)")
     p.add_argument("--out", type=Path, default=ROOT / "models" / "failure", help="model root (default models/failure)")
     p.add_argument("--version", help="candidate version name (default: UTC time + data fingerprint)")

@@ -34,6 +34,7 @@ import orjson
 from contracts.codec import ContractError
 from contracts.fast.featurevector import decode_feature_row
 from contracts.models import REGIMES, WORKLOAD_CLASSES
+from contracts.topics import Topic
 from featurelib.drift_profile import write_profile
 from featurelib.node.schema import (
     FEATURE_SCHEMA_VERSION,
@@ -58,7 +59,7 @@ MIN_TRAIN, MIN_TEST = 200, 50
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="borgctl train regime --from-topics", description=__doc__.splitlines()[0])
-    p.add_argument("--from-topics", nargs="?", const="features.v1", default="features.v1",
+    p.add_argument("--from-topics", nargs="?", const=Topic.FEATURES, default=Topic.FEATURES,
                    help="the features topic (default features.v1; BORG_TOPIC_PREFIX applies)")
     p.add_argument("--truth", type=Path, required=True,
                    help="ground truth JSONL (borgctl replay --source synthetic --truth-out FILE)")

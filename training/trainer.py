@@ -43,6 +43,7 @@ from contracts.models import DriftReport
 from contracts.topics import DRIFT_TOPIC
 from services.runtime.health import HealthServer
 from services.runtime.kafka_security import kafka_client_options
+from services.runtime.pause import pause
 from training.from_topics import RUNS_FILE, bootstrap, prefix
 
 log = logging.getLogger("trainer")
@@ -184,8 +185,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
                 await train_once(args.model, root, args.train_args, trigger)
                 last = time.monotonic()
             elif consumer is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+                await pause(stop, 1.0)
     finally:
         if consumer is not None:
             await consumer.stop()

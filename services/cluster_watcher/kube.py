@@ -12,25 +12,13 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.cluster_watcher.resources import GoneError, Resource, WatchError
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-
-
-async def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """A client from a kubeconfig file, else $KUBECONFIG / ~/.kube/config, else the pod's ServiceAccount."""
-    cfg = client.Configuration()
-    try:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg, persist_config=False)
-    except config.ConfigException:
-        if kubeconfig:
-            raise
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration=cfg)
 
 
 class KubeSource:

@@ -20,6 +20,7 @@ from services.cluster_watcher.reflector import Reflector, Source
 from services.cluster_watcher.resources import DEPLOYMENTS, NODES, PODS
 from services.cluster_watcher.settings import WatcherSettings
 from services.runtime.health import HealthServer
+from services.runtime.pause import pause
 from services.runtime.producer import Producer
 from services.runtime.service import run_service
 
@@ -143,10 +144,7 @@ class Watcher:
     async def _state_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self.publish_states()
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.settings.state_interval_s)
-            except TimeoutError:
-                pass
+            await pause(stop, self.settings.state_interval_s)
 
     async def publish_states(self) -> int:
         """Send the states that changed (or are due a heartbeat); returns how many were sent."""
@@ -180,7 +178,8 @@ class Watcher:
 
 
 async def body(settings: WatcherSettings, stop: asyncio.Event, health: HealthServer) -> None:
-    from services.cluster_watcher.kube import KubeSource, api_client
+    from services.cluster_watcher.kube import KubeSource
+    from services.runtime.kube_client import api_client
 
     api = await api_client(settings.kubeconfig)
     producer = Producer(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.cluster_watcher.resources import GoneError, Resource
+from services.runtime.pause import pause
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -82,7 +83,7 @@ class Reflector:
                 log.warning(
                     "%s: watch failed (%s: %s); retrying in %.1fs", self.res.plural, type(exc).__name__, exc, backoff
                 )
-                await _sleep_or_stop(stop, backoff)
+                await pause(stop, backoff)
                 backoff = min(self.max_backoff_s, backoff * 2)
 
     async def _watch(self, stop: asyncio.Event) -> None:
@@ -121,9 +122,3 @@ class Reflector:
                 except (RuntimeError, StopAsyncIteration):
                     pass
 
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        pass

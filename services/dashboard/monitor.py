@@ -22,6 +22,7 @@ from aiokafka.errors import KafkaError
 from contracts.topics import TOPICS
 from services.dashboard.state import DashboardState
 from services.runtime.kafka_security import kafka_client_options
+from services.runtime.pause import pause
 from services.runtime.topic_reader import TopicsMissingError, topic_partitions
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,7 @@ class PipelineMonitor:
             except (KafkaError, OSError, TopicsMissingError) as exc:
                 self.state.set_error("monitor", str(exc) or type(exc).__name__)
                 log.warning("dashboard monitor: %s; retrying", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
-            except TimeoutError:
-                pass
+            await pause(stop, self.interval_s)
 
     async def _run_once(self, stop: asyncio.Event) -> None:
         admin = AIOKafkaAdminClient(
@@ -80,10 +78,7 @@ class PipelineMonitor:
                     partitions = await self._existing_partitions(admin)
                     refreshed = now
                 await self.poll_once(admin, consumer, partitions)
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
-                except TimeoutError:
-                    pass
+                await pause(stop, self.interval_s)
         finally:
             await consumer.stop()
             await admin.close()

@@ -22,13 +22,13 @@ from prometheus_client import Counter
 from contracts import ContractError, decode
 from contracts.fast.featurevector import decode_feature_row
 from contracts.headers import trace_id_of
-from contracts.topics import topic_spec
+from contracts.topics import Topic, topic_spec
 from services.dashboard.settings import StartAt
 from services.dashboard.state import ACTUAL_LOAD_TOPIC, CONSUMED_TOPICS, DashboardState
 from services.runtime.topic_reader import Outcome, ReaderStats, TopicReader, TopicsMissingError, topic_partitions
 
 RECORDS = Counter("borg_dashboard_records_total", "Records the dashboard read", ["topic", "outcome"])
-ALWAYS_FROM_START = ("clusterstate.v1",)
+ALWAYS_FROM_START = (Topic.CLUSTERSTATE,)
 
 __all__ = ["ALWAYS_FROM_START", "RECORDS", "DashboardReader", "TopicsMissingError", "topic_partitions"]
 

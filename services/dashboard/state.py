@@ -24,7 +24,7 @@ from contracts.models import (
     LoadForecast,
     RegimeLabelV2,
 )
-from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.dashboard.clusters import ClusterBoard
 from services.dashboard.decisions import DecisionLog
 from services.dashboard.drift import DriftBoard
@@ -36,20 +36,20 @@ JsonDict = dict[str, Any]
 
 # The topics the dashboard consumes (base names) and the node signal each compacted one carries.
 CONSUMED_TOPICS: tuple[str, ...] = (
-    "decisions.v1",
-    "actions.v1",
+    Topic.DECISIONS,
+    Topic.ACTIONS,
     REGIMES_TOPIC,
-    "anomalies.v1",
+    Topic.ANOMALIES,
     RISK_TOPIC,
-    "clusterstate.v1",
-    "deadletter.v2",
+    Topic.CLUSTERSTATE,
+    Topic.DEADLETTER,
     FORECASTS_TOPIC,
     DRIFT_TOPIC,
 )
-ACTUAL_LOAD_TOPIC = "features.v1"
+ACTUAL_LOAD_TOPIC = Topic.FEATURES
 """Read only for the actual utilisation beside the forecast (``DASHBOARD_READ_FEATURES``): the one
 high-volume topic the dashboard reads, one vector per node per 10 s, decoded on the fast path."""
-NODE_SIGNAL_TOPICS = {REGIMES_TOPIC: "regime", "anomalies.v1": "anomaly", RISK_TOPIC: "risk"}
+NODE_SIGNAL_TOPICS = {REGIMES_TOPIC: "regime", Topic.ANOMALIES: "anomaly", RISK_TOPIC: "risk"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +130,7 @@ class DashboardState:
         v = self._bump()
         if base_topic in NODE_SIGNAL_TOPICS:
             self.nodes.forget(NODE_SIGNAL_TOPICS[base_topic], key, v)
-        elif base_topic == "clusterstate.v1":
+        elif base_topic == Topic.CLUSTERSTATE:
             self.clusters.forget(key, v)
         elif base_topic == FORECASTS_TOPIC:
             self.load.forget_forecast(key, v)

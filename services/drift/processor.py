@@ -30,26 +30,23 @@ from prometheus_client import Counter, Gauge
 from contracts import ContractError, RegimeLabelV2
 from contracts.fast.featurevector import decode_feature_row
 from contracts.models import ConceptDrift, DriftReport, FailureRiskV2, FeatureDrift, TaskEvent
-from contracts.topics import DRIFT_TOPIC, REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import DRIFT_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic
 from featurelib.drift_profile import PROFILE_FILE, ReferenceProfile, read_profile
 from featurelib.node.schema import FEATURE_INDEX, node_feature_schema_hash, vector_problem
 from services.drift.concept import EVENT_CODES, ConceptReference, ConceptVerdict, concept_reference
 from services.drift.concept_state import ConceptState
 from services.drift.settings import DriftSettings
 from services.drift.window import DriftMonitor, Verdict
-from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, events_of
+from services.runtime.batch_stream import Batch, BatchStream, events_of
 from services.runtime.model_watch import ModelRefusedError, ModelWatcher, read_card
 from services.runtime.stream_io import Sink, decode_event
-from services.runtime.stream_settings import app_id
+from services.runtime.stream_settings import changelog_name
 
 log = logging.getLogger(__name__)
-NICE = 15
-"""Default ``STREAM_NICE``: drift reports are minutes-scale; every other stage gets the CPU first."""
-LINGER_S = 0.5
 _Stamped = TypeVar("_Stamped", TaskEvent, RegimeLabelV2, FailureRiskV2)
 SERVICE = "drift"
-FEATURE_TOPIC = "features.v1"
-TASK_TOPIC = "taskevents.v1"
+FEATURE_TOPIC = Topic.FEATURES
+TASK_TOPIC = Topic.TASKEVENTS
 OUT_TOPIC = DRIFT_TOPIC
 REGIME = "regime"
 FAILURE = "failure"
@@ -197,10 +194,10 @@ class DriftProcessor:
         topics = [FEATURE_TOPIC, REGIMES_TOPIC] + ([RISK_TOPIC, TASK_TOPIC] if failure is not None else [])
         # the concept check's pending predictions and matured labels span hours: kept in a changelog
         self.concept = ConceptState(bootstrap=settings.kafka_bootstrap, sink=sink,
-                                    topic=f"{app_id(SERVICE, settings.topic_prefix)}-concept-changelog",
+                                    topic=changelog_name(SERVICE, "concept", settings.topic_prefix),
                                     replication=settings.replication_factor, config=settings.concept())
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=topics,
-                                  handle=self._handle, linger_s=LINGER_S, nice=NICE, batch_max=MODEL_BATCH_MAX,
+                                  handle=self._handle,
                                   state=[self.concept] if failure is not None else [])
         self.feature_topic = settings.topic(FEATURE_TOPIC)
         self.risk_topic = settings.topic(RISK_TOPIC)

@@ -9,7 +9,8 @@ from pydantic_settings import SettingsConfigDict
 
 from services.drift.concept import ConceptConfig
 from services.drift.window import Thresholds
-from services.runtime.stream_settings import StreamSettings
+from services.runtime.batch_stream import MODEL_BATCH_MAX
+from services.runtime.stream_settings import StreamSettings, stream_default
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _DEFAULT = Thresholds()
@@ -17,6 +18,11 @@ _DEFAULT = Thresholds()
 
 class DriftSettings(StreamSettings):
     model_config = SettingsConfigDict(env_prefix="DRIFT_", frozen=True, extra="ignore")
+
+    # drift reports are minutes-scale: every other stage gets the CPU first, and batches may wait
+    nice: int | None = stream_default("nice", 15)
+    batch_linger_s: float | None = stream_default("batch_linger_s", 0.5)
+    batch_max: int | None = stream_default("batch_max", MODEL_BATCH_MAX)
 
     regime_model_dir: Path = Field(default=PROJECT_ROOT / "models" / "regime",
                                    description="regime model root (with CURRENT): its version's reference_profile.json")

@@ -26,6 +26,7 @@ from services.node_agent.live import LiveSampler
 from services.node_agent.metrics import INVALID, SAMPLE_SECONDS, SAMPLES, SKIPPED
 from services.node_agent.shipper import Shipper
 from services.node_agent.spool import Spool
+from services.runtime.pause import pause
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("borg.node_agent")
@@ -172,12 +173,8 @@ class NodeAgent:
         next_tick = (math.floor(time.time() * 1000 / step) + 1) * step
         while not stop.is_set():
             delay = next_tick / 1000 - time.time()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
-                    break
-                except TimeoutError:
-                    pass
+            if delay > 0 and await pause(stop, delay):
+                break
             self.sample_once(next_tick)
             now_ms = time.time() * 1000
             following = next_tick + step

@@ -21,6 +21,7 @@ from services.node_agent.backoff import Backoff
 from services.node_agent.metrics import BROKER_UP, DELIVERED, SPOOL_BYTES, SPOOL_RECORDS
 from services.node_agent.publish import BatchingProducer, BatchPublisher
 from services.node_agent.spool import Spool, SpoolRecord
+from services.runtime.pause import pause
 
 log = logging.getLogger(__name__)
 ProducerFactory = Callable[[], BatchingProducer]
@@ -122,7 +123,7 @@ class Shipper:
                 except Exception as exc:
                     self._on_failure(exc)
                     await self._disconnect()
-                    await _sleep_or(stop, self.backoff.next_delay())
+                    await pause(stop, self.backoff.next_delay())
                     continue
                 self.backoff.reset()
                 if sent:
@@ -163,12 +164,6 @@ class Shipper:
             self._outage_started = None
             self.connected = True
 
-
-async def _sleep_or(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        pass
 
 
 async def _wait_any(wake: asyncio.Event, stop: asyncio.Event, *, seconds: float) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import trace
 
@@ -32,6 +32,7 @@ from services.referee import budgets, patches
 from services.referee.capabilities import DISCOVERY_PATHS, REQUIRES, Capabilities
 from services.referee.lease import KubeCall, KubeCallError
 from services.referee.settings import RefereeSettings
+from services.runtime.kube_client import api_client
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("borg.referee")
@@ -63,18 +64,6 @@ class Step:
     def payload_int(self, key: str) -> int | None:
         value = self.proposal.payload.get(key)
         return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-async def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """A client from a kubeconfig file, else $KUBECONFIG / ~/.kube/config, else the pod's ServiceAccount."""
-    cfg = client.Configuration()
-    try:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg, persist_config=False)
-    except config.ConfigException:
-        if kubeconfig:
-            raise
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration=cfg)
 
 
 def kube_call(api: client.ApiClient, timeout_s: float) -> KubeCall:

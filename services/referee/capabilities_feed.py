@@ -8,13 +8,13 @@ stop proposing what would only be refused (docs/decision_plane.md, "Capabilities
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Protocol
 
 from contracts.topics import CAPABILITIES_TOPIC
 from services.referee.capabilities import Capabilities
+from services.runtime.pause import pause
 from services.runtime.stream_io import Sink
 
 log = logging.getLogger(__name__)
@@ -44,5 +44,4 @@ async def publish_capabilities(actuator: Discovers, sink: Sink, *, cluster: str,
             log.warning("capabilities.v1 not written (%s: %s); again in %.0f s", type(exc).__name__, exc,
                         RETRY_UNKNOWN_S)
             wait_s = RETRY_UNKNOWN_S
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), wait_s)
+        await pause(stop, wait_s)

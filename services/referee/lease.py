@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from services.referee.lease_rules import LeaseRecord, Observation, next_step, transitions_after
+from services.runtime.pause import pause
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -137,10 +138,7 @@ class LeaseElector:
                     self.leading.clear()
                     self.lost.set()
                     return
-                try:
-                    await asyncio.wait_for(stop.wait(), self.retry_period_s)
-                except TimeoutError:
-                    pass
+                await pause(stop, self.retry_period_s)
         finally:
             if self.leading.is_set() and not self.lost.is_set():
                 await self.release()

@@ -23,8 +23,9 @@ async def body(settings: RefereeSettings, stop: asyncio.Event, health: HealthSer
         LEADER.set(1)
         await serve(settings, stop, health)
         return
-    from services.referee.actuator import api_client, kube_call
+    from services.referee.actuator import kube_call
     from services.referee.lease import LeaseElector
+    from services.runtime.kube_client import api_client
 
     api = await api_client(settings.kubeconfig)
     elector = LeaseElector(kube_call(api, settings.request_timeout_s), name=settings.lease_name,

@@ -42,26 +42,24 @@ from contracts import RegimeLabelV2, encode
 from contracts import telemetry as names
 from contracts.headers import Headers
 from contracts.models import REGIMES, UNKNOWN_REGIME
-from contracts.topics import REGIMES_TOPIC
+from contracts.topics import REGIMES_TOPIC, Topic
 from featurelib.node.schema import node_feature_schema_hash
 from services.regime import hysteresis
 from services.regime.abstention import reasons_of
 from services.regime.model import RegimeModel
 from services.regime.settings import RegimeSettings
 from services.regime.shadow import RegimeShadow
-from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, ChangelogState, events_of
+from services.runtime.batch_stream import Batch, BatchStream, ChangelogState, events_of
 from services.runtime.model_watch import ModelWatcher
 from services.runtime.rollout_watch import RolloutWatcher
 from services.runtime.stream_io import Sink, headers_of
-from services.runtime.stream_settings import app_id
+from services.runtime.stream_settings import app_id, changelog_name
 from services.runtime.stream_trace import stage_span
 from services.runtime.vector_batch import ScoredBatch, model_input, score_vectors
 
 log = logging.getLogger(__name__)
-LINGER_S = 0.02
-"""Default ``STREAM_BATCH_LINGER_S``: one model call per batch."""
 SERVICE = "regime"
-IN_TOPIC = "features.v1"
+IN_TOPIC = Topic.FEATURES
 OUT_TOPIC = REGIMES_TOPIC
 REPLAY_HISTORY = 4
 """Labels kept per node so that re-delivered windows are answered identically. What is delivered again after a
@@ -88,10 +86,11 @@ class RegimeProcessor:
         self.shadow = shadow
         self.schema_hash = node_feature_schema_hash()
         self.group = app_id(SERVICE, settings.topic_prefix)
-        self.state = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-hysteresis-changelog",
+        self.state = ChangelogState(bootstrap=settings.kafka_bootstrap,
+                                    topic=changelog_name(SERVICE, "hysteresis", settings.topic_prefix),
                                     sink=sink, replication=settings.replication_factor)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
-                                  handle=self._handle, state=[self.state], linger_s=LINGER_S, batch_max=MODEL_BATCH_MAX)
+                                  handle=self._handle, state=[self.state])
         self.emitted = 0
         # node → (record, the record decoded). An entry is current while the state holds
         # that very bytes object: a restore replaces it with another, a forget drops it.

@@ -38,7 +38,7 @@ from contracts import ContractError, TaskEvent, encode
 from contracts import telemetry as names
 from contracts.fast.featurevector import decode_feature_row
 from contracts.models import FailureRiskV2, HorizonRisk
-from contracts.topics import RISK_TOPIC
+from contracts.topics import RISK_TOPIC, Topic
 from featurelib.node.schema import node_feature_schema_hash, vector_problem
 from services.risk import node_record
 from services.risk.aggregate import node_probability
@@ -47,22 +47,19 @@ from services.risk.ranges import merge
 from services.risk.settings import RiskSettings
 from services.risk.shadow import RiskShadowStats, compare
 from services.risk.state import RiskState
-from services.runtime.batch_stream import MODEL_BATCH_MAX, Batch, BatchStream, ChangelogState, events_of
+from services.runtime.batch_stream import Batch, BatchStream, ChangelogState, events_of
 from services.runtime.model_watch import ModelWatcher, infer_rows
+from services.runtime.pause import pause
 from services.runtime.rollout import node_bucket
 from services.runtime.rollout_watch import Live, RolloutWatcher
 from services.runtime.stream_io import Sink, decode_event, headers_of, timestamp_ms
-from services.runtime.stream_settings import app_id
+from services.runtime.stream_settings import app_id, changelog_name
 from services.runtime.stream_trace import link_to, stage_span
 
 log = logging.getLogger(__name__)
-NICE = 10
-"""Default ``STREAM_NICE``: features and regime (the latency-critical path) get the CPU first."""
-LINGER_S = 0.02
-"""Default ``STREAM_BATCH_LINGER_S``: one model call per batch."""
 SERVICE = "risk"
-TASK_TOPIC = "taskevents.v1"
-FEATURE_TOPIC = "features.v1"
+TASK_TOPIC = Topic.TASKEVENTS
+FEATURE_TOPIC = Topic.FEATURES
 OUT_TOPIC = RISK_TOPIC
 SCORED = Counter("borg_risk_scored_total", "Task scorings by trigger and backend", ["trigger", "backend"])
 
@@ -88,11 +85,11 @@ class RiskProcessor:
         self.state = state or RiskState(largest=settings.largest_node())
         self.node_schema = node_feature_schema_hash()
         self.group = app_id(SERVICE, settings.topic_prefix)
-        self.nodes = ChangelogState(bootstrap=settings.kafka_bootstrap, topic=f"{self.group}-node_features-changelog",
+        self.nodes = ChangelogState(bootstrap=settings.kafka_bootstrap,
+                                    topic=changelog_name(SERVICE, "node_features", settings.topic_prefix),
                                     sink=sink, replication=settings.replication_factor)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[TASK_TOPIC, FEATURE_TOPIC],
-                                  handle=self._handle, state=[self.nodes], linger_s=LINGER_S, nice=NICE,
-                                  batch_max=MODEL_BATCH_MAX)
+                                  handle=self._handle, state=[self.nodes])
         self.task_topic = settings.topic(TASK_TOPIC)
         self.task_events = 0
         self.feature_events = 0
@@ -285,9 +282,7 @@ class RiskProcessor:
             await stop.wait()
             return
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.settings.rescore_s)
-            except TimeoutError:
+            if not await pause(stop, self.settings.rescore_s):
                 await self.rescore()
 
     async def rescore(self) -> int:

@@ -8,14 +8,20 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from featurelib.borg_units import LargestNode
+from services.runtime.batch_stream import MODEL_BATCH_MAX
 from services.runtime.rollout import RolloutFields
-from services.runtime.stream_settings import StreamSettings
+from services.runtime.stream_settings import StreamSettings, stream_default
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class RiskSettings(StreamSettings, RolloutFields):
     model_config = SettingsConfigDict(env_prefix="RISK_", frozen=True, extra="ignore")
+
+    # features and regime (the latency-critical path) get the CPU first; one model call per batch
+    nice: int | None = stream_default("nice", 10)
+    batch_linger_s: float | None = stream_default("batch_linger_s", 0.02)
+    batch_max: int | None = stream_default("batch_max", MODEL_BATCH_MAX)
 
     model_dir: Path = Field(default=PROJECT_ROOT / "models" / "failure",
                             description="failure model root (with CURRENT) or one version directory")

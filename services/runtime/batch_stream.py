@@ -51,6 +51,7 @@ from services.runtime.kafka_security import kafka_client_options
 from services.runtime.lag import lag_reporter
 from services.runtime.latency import STAGE_LATENCY
 from services.runtime.metrics import COMMIT_SECONDS, CONSUMER_LAG, MESSAGES_IN
+from services.runtime.pause import pause
 from services.runtime.progress import Progress
 from services.runtime.recovery import Mark, Plan, plan_partition, read_back_dead_letters
 from services.runtime.stream_io import Sink
@@ -343,10 +344,7 @@ class BatchStream:
         """
         interval = min(5.0, self.progress.stall_after_s / 4)
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval)
-            except TimeoutError:
-                pass
+            await pause(stop, interval)
             reason = self.progress.check()
             if reason is not None and not stop.is_set():
                 log.error("%s stalled: %s; stopping so that it is restarted", self.service, reason)
@@ -359,10 +357,7 @@ class BatchStream:
         interval = self.commit_interval_s
         try:
             while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=interval)
-                except TimeoutError:
-                    pass
+                await pause(stop, interval)
                 if stop.is_set():
                     return
                 # state may be written over half the interval: an even load, not a burst

@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from services.runtime.metrics import CONSUMER_LAG
+from services.runtime.pause import pause
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,7 @@ async def lag_reporter(
             log.debug("consumer lag not read this round: %s: %s", type(exc).__name__, exc)
         except Exception:  # a bug here must not take the processor down; it must not hide either
             log.warning("consumer lag reporter failed this round", exc_info=True)
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=interval_s)
-        except TimeoutError:
-            pass
+        await pause(stop, interval_s)
 
 
 async def _report_once(

@@ -27,6 +27,8 @@ import onnxruntime as ort
 import orjson
 from prometheus_client import Counter, Gauge
 
+from services.runtime.pause import pause
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CARD_FILE = "model_card.json"
@@ -131,9 +133,7 @@ class ModelWatcher(Generic[T]):
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.poll_s)
-            except TimeoutError:
+            if not await pause(stop, self.poll_s):
                 await asyncio.to_thread(self.check)
 
 

@@ -30,6 +30,7 @@ from prometheus_client import Counter, Gauge
 
 from services.runtime import rollout
 from services.runtime.model_watch import ModelRefusedError
+from services.runtime.pause import pause
 from services.runtime.rollout import Comparison, RolloutFields, RolloutState
 
 log = logging.getLogger(__name__)
@@ -174,9 +175,7 @@ class RolloutWatcher(Generic[T]):
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.settings.rollout_poll_s)
-            except TimeoutError:
+            if not await pause(stop, self.settings.rollout_poll_s):
                 try:
                     await asyncio.to_thread(self.check)
                 except Exception:  # a rollout problem must never stop the stage serving CURRENT

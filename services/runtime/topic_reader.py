@@ -30,6 +30,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import ConsumerStoppedError, KafkaError
 
 from services.runtime.kafka_security import kafka_client_options
+from services.runtime.pause import pause
 
 log = logging.getLogger(__name__)
 LOG_EVERY = 1000
@@ -124,10 +125,7 @@ class TopicReader:
                 log.warning(
                     "%s reader: %s; retrying in %.1fs", self.client_id, str(exc) or type(exc).__name__, self.retry_s
                 )
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=self.retry_s)
-                except TimeoutError:
-                    pass
+                await pause(stop, self.retry_s)
 
     async def _partitions(self) -> list[TopicPartition]:
         admin = AIOKafkaAdminClient(

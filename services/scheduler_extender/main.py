@@ -9,6 +9,7 @@ import logging
 import time
 
 from services.runtime.health import HealthServer
+from services.runtime.pause import pause
 from services.runtime.service import run_service
 from services.scheduler_extender.extender import Extender
 from services.scheduler_extender.reader import StateReader
@@ -59,8 +60,7 @@ def build(settings: ExtenderSettings) -> tuple[Extender, ExtenderServer, StateRe
 async def sweep(store: NodeStateStore, stop: asyncio.Event) -> None:
     """Recompute cards whose inputs went stale, off the request path."""
     while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=SWEEP_S)
+        await pause(stop, SWEEP_S)
         store.refresh_expired(int(time.time() * 1000))
 
 

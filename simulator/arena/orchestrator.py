@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final, Literal
 
 from contracts.models import UNKNOWN_REGIME, ClusterState, NodeState, Proposal, RegimeLabelV2, TaskEvent
+from contracts.topics import Topic
 from services.agents import admission_policy, efficiency_policy, reliability_policy
 from services.agents.proposals import Candidate
 from services.agents.settings import AdmissionSettings, EfficiencySettings, ReliabilitySettings
@@ -283,7 +284,7 @@ class Orchestrator:
         v = self.view
         for i, label in enumerate(arena.view.labels):
             if label is not None and label != self._labels[i]:
-                v.update("regimes.v2", self.names[i], self._regime(self.names[i], label))
+                v.update(Topic.REGIMES, self.names[i], self._regime(self.names[i], label))
                 self._labels[i] = label
         batch = arena.last_batch
         self._seq += 1
@@ -293,7 +294,7 @@ class Orchestrator:
             else:  # no counters simulated (tests): requested fractions stand in for utilisation
                 r = arena.resources[i]
                 cpu, mem = r.requested_milli_cpu / r.allocatable_milli_cpu, r.requested_memory / r.allocatable_memory
-            v.update("nodestate.v1", name, NodeState(
+            v.update(Topic.NODESTATE, name, NodeState(
                 node=name, ts_ms=now, seq=self._seq, interval_ms=max(1, round(arena.tick_s * 1000)),
                 source="synthetic", pmu="hardware", supported_events=[], cpu_util=min(1.0, max(0.0, cpu)),
                 mem_util=min(1.0, max(0.0, mem))))
@@ -315,7 +316,7 @@ class Orchestrator:
                 memory_request=pod.memory / float(1 << 30), namespace=namespace_of(a)))
         ready = sum(1 for i in range(len(self.names)) if self.control.cordoned_until[i] <= self._t_s)
         for ns, state in self._queues(pending, now, ready).items():
-            v.update("clusterstate.v1", ns or "_", state)
+            v.update(Topic.CLUSTERSTATE, ns or "_", state)
 
     def _regime(self, node: str, label: RegimeIn) -> RegimeLabelV2:
         unknown = label.regime == UNKNOWN_REGIME

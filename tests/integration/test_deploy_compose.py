@@ -76,7 +76,8 @@ def test_compose_loads_with_every_service(compose_check: Path) -> None:
     assert set(project["services"]) == (registry - {"cluster-watcher"}) | INFRA
     with_kube = load(compose_check, "docker-compose.yml", profiles=("kube",))
     assert set(with_kube["services"]) == registry | INFRA
-    assert set(project["volumes"]) == {"kafka-data", "node-agent-spool"}
+    # models: the trainer's candidates (profile `trainer`); declared whatever the profiles
+    assert set(project["volumes"]) == {"kafka-data", "node-agent-spool", "models"}
 
 
 def test_compose_with_the_loadgen_overlay_loads(compose_check: Path) -> None:

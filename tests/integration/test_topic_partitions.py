@@ -11,7 +11,7 @@ import pytest
 
 from contracts.topics import REGIMES_TOPIC
 from loadtests.procs import delete_topics
-from services.runtime.admin import create_topics, describe_topics
+from services.runtime.admin import check_partitions, create_topics
 from services.runtime.settings import CO_PARTITIONED, parse_topic_partitions
 from tests.integration.test_stream_pipeline import running, spawn, wait_ready
 
@@ -26,16 +26,15 @@ async def test_a_stage_follows_the_configured_counts_and_refuses_topics_made_oth
     counts = parse_topic_partitions(setting)
     await create_topics(kafka_bootstrap, prefix=prefix, partitions=counts)
     try:
-        made = await describe_topics(kafka_bootstrap, [f"{prefix}features.v1", f"{prefix}{REGIMES_TOPIC}",
-                                                       f"{prefix}decisions.v1"])
-        assert [made[f"{prefix}{t}"].partitions for t in ("features.v1", REGIMES_TOPIC, "decisions.v1")] == \
-            [COUNT, COUNT, 3]
+        # the broker's metadata may lag the creation: check_partitions waits for the topics, then compares
+        await check_partitions(kafka_bootstrap, {f"{prefix}features.v1": COUNT, f"{prefix}{REGIMES_TOPIC}": COUNT,
+                                                 f"{prefix}decisions.v1": 3}, wait_s=20)
 
         configured = spawn("regime", kafka_bootstrap, prefix, tmp_path, BORG_TOPIC_PARTITIONS=setting)
         with running(configured):
             await wait_ready((configured,), timeout=90)
         changelog = f"{prefix}borg-regime-hysteresis-changelog"
-        assert (await describe_topics(kafka_bootstrap, [changelog]))[changelog].partitions == COUNT
+        await check_partitions(kafka_bootstrap, {changelog: COUNT}, wait_s=20)
 
         (tmp_path / "unset").mkdir()
         unset = spawn("regime", kafka_bootstrap, prefix, tmp_path / "unset")

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from contracts.models import ClusterState, TaskEvent
-from services.cluster_watcher.kube import KubeSource, api_client
+from services.cluster_watcher.kube import KubeSource
 from services.cluster_watcher.main import Watcher
 from services.cluster_watcher.settings import WatcherSettings
+from services.runtime.kube_client import api_client
 from services.runtime.producer import Producer
 from tests.conftest import wait_until
 from tests.integration.test_referee_helpers import (  # noqa: F401 (fixtures)

@@ -65,12 +65,13 @@ async def test_shipper_sleeps_the_jittered_schedule(tmp_path: Path, monkeypatch:
     slept: list[float] = []
     stop = asyncio.Event()
 
-    async def record_sleep(_stop: asyncio.Event, seconds: float) -> None:
+    async def record_sleep(_stop: asyncio.Event, seconds: float) -> bool:
         slept.append(seconds)
         if len(slept) >= 8:
             stop.set()
+        return stop.is_set()
 
-    monkeypatch.setattr(shipper_module, "_sleep_or", record_sleep)
+    monkeypatch.setattr(shipper_module, "pause", record_sleep)
     spool = Spool(tmp_path, max_bytes=1 << 20)
     spool.append(b"n1", b"x")
     shipper = Shipper(spool, lambda: _Down(), "nodestate.v1",  # type: ignore[arg-type, return-value]
