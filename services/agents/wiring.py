@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 import orjson
+from aiokafka.errors import KafkaError
 from opentelemetry import trace
 from prometheus_client import Counter
 
@@ -148,6 +149,36 @@ def _decode_sent(key: bytes, value: bytes) -> tuple[tuple[str, str] | None, tupl
     return None, None  # a record that does not parse is skipped: at worst a proposal is sent again
 
 
+CAPABILITIES_READ_TIMEOUT_S = 15.0
+
+
+async def restore_capabilities(agent: Agent[S], bootstrap: str, topic: str) -> None:
+    """Take the newest capabilities.v1 record from the compacted topic's start.
+
+    A restarted agent resumes after its committed offset, past the referee's last record: without this it
+    would propose what the cluster cannot carry out until the referee's next refresh (up to
+    ``REFEREE_CAPABILITIES_REFRESH_S``). A record that does not decode is left to the consume loop, which
+    dead-letters it; an unreachable or missing topic leaves the agent proposing everything, as before.
+    """
+    try:
+        records = (await asyncio.wait_for(read_changelog(bootstrap, topic, [0]), CAPABILITIES_READ_TIMEOUT_S))[0]
+    except (TimeoutError, KafkaError) as exc:
+        log.warning("agent %s: could not read %s from its start (%r): capabilities arrive with its next record",
+                    agent.name, topic, exc)
+        return
+    newest: ClusterCapabilities | None = None
+    for value in records.values():
+        try:
+            caps = ClusterCapabilities.model_validate_json(value)
+        except ValueError:
+            continue
+        if newest is None or caps.ts_ms > newest.ts_ms:
+            newest = caps
+    if newest is not None:
+        agent.take_capabilities(newest)
+        log.info("agent %s: capabilities of cluster %s restored from %s", agent.name, newest.cluster, topic)
+
+
 def memory_topic(group_id: str) -> str:
     """The compacted topic (one partition) of what the agents of this group proposed (before the topic prefix)."""
     return changelog_name(group_id, "proposed")
@@ -182,6 +213,8 @@ async def run_agent(
         topic_prefix=s.topic_prefix,
         error_policy=s.error_policy,
     )
+    if CAPABILITIES_TOPIC in input_topics:
+        await restore_capabilities(agent, s.kafka_bootstrap, s.topic(CAPABILITIES_TOPIC))
     if s.durable_memory:
         await ensure_changelog(s.kafka_bootstrap, memory, 1)
         restored = agent.restore_sent((await read_changelog(s.kafka_bootstrap, memory, [0]))[0])

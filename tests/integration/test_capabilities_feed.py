@@ -114,3 +114,27 @@ async def test_the_agent_withholds_what_discovery_rules_out_and_proposes_it_once
         await asyncio.wait_for(worker, 30)
     # exactly one: the one after node writes were served again; none while they were not
     assert len(taints) == 1, [(p.kind, p.ts_ms) for p in taints]
+
+    # A restarted agent resumes after its committed offset, past the latest capabilities record: it reads
+    # the compacted topic from its start before consuming, so it withholds at once what the cluster cannot do.
+    await publish_once(kafka_bootstrap, topic_prefix, Capabilities(served.served - {"v1 nodes"}), cluster)
+    stop = asyncio.Event()
+    first = asyncio.create_task(run_agent(agent, admission.INPUT_TOPICS, stop))
+    deadline = time.monotonic() + 20
+    while "taint" not in agent.unsupported:
+        assert time.monotonic() < deadline, "the agent never read the new capabilities record"
+        await asyncio.sleep(0.2)
+    stop.set()
+    await asyncio.wait_for(first, 30)  # commits past the record
+    restarted = Agent("admission", settings, admission_policy.evaluate)
+    stop = asyncio.Event()
+    second = asyncio.create_task(run_agent(restarted, admission.INPUT_TOPICS, stop))
+    try:
+        deadline = time.monotonic() + 20
+        while "taint" not in restarted.unsupported:
+            assert time.monotonic() < deadline, "a restarted agent did not restore capabilities from the topic"
+            await asyncio.sleep(0.2)
+        assert sorted(restarted.unsupported) == ["consolidate", "cordon", "taint"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(second, 30)
