@@ -8,8 +8,17 @@ Cases (rows in the project's benchmark format, times in ms):
   processes, which dominates wall-clock tails on a busy 2-core machine).
 - ``nodes=N,path=score`` — the pure scoring function alone on already-parsed names.
 - ``nodes=N,verb=filter`` — the filter handler in-process (10 % of nodes severe for the pod's class).
+- ``nodes=N,policy=learned`` — ``EXTENDER_POLICY=learned``: the prioritize handler and then the learned shadow
+  (``Shadow.observe``: Q-table scores of every candidate, compared with the heuristic's) back to back, i.e. the
+  CPU one call costs with the shadow on (the service runs the shadow right after sending the answer). The
+  shipped model (``models/placement``); per-node Q cached as in the service.
+  ``nodes=N,policy=learned,path=shadow`` is the shadow alone, ``...,path=shadow-cold`` with its cache emptied
+  before every call (every node's regime label or pods changed since the last call, or a model reload: the
+  worst case), ``...,path=shadow-churn`` with 5 % of the candidates changed since the previous call.
 - ``nodes=N,path=http`` — a full HTTP round trip over loopback to the extender's aiohttp server running in
   a separate process (like kube-scheduler → extender), keep-alive connection, client in this process.
+  ``nodes=N,path=http,policy=learned``: the same server with the learned shadow on (it runs after each
+  answer, so back-to-back calls also wait for the previous call's shadow).
 
 State: 90 % of the candidates have fresh regime/anomaly/risk, 5 % stale, 5 % unknown (not held).
 """
@@ -32,10 +41,13 @@ from typing import Any
 import orjson
 
 from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
+from featurelib.placement import load_placement_model
 from loadtests.arena_live.kube import stop_process
 from services.scheduler_extender.extender import Extender
+from services.scheduler_extender.podindex import PodIndex
 from services.scheduler_extender.scoring import CLASS_INDEX, ScoringConfig
-from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
+from services.scheduler_extender.settings import DEFAULT_CLASS_KEY, PROJECT_ROOT
+from services.scheduler_extender.shadow import Shadow
 from services.scheduler_extender.state import NodeStateStore
 
 SIZES = (100, 1_000, 5_000)
@@ -190,12 +202,13 @@ def rows(
 # ---------------------------------------------------------------- HTTP server in a child process
 
 
-async def _serve(nodes: int) -> None:
+async def _serve(nodes: int, policy: str = "heuristic") -> None:
     from services.scheduler_extender.server import ExtenderServer
 
     store = synthetic_store(nodes, int(time.time() * 1000))
     extender = Extender(store, class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound")
-    server = ExtenderServer(extender, host="127.0.0.1", port=0)
+    shadow = synthetic_shadow(store, nodes) if policy == "learned" else None
+    server = ExtenderServer(extender, host="127.0.0.1", port=0, shadow=shadow)
     await server.start()
     gc.collect()
     gc.freeze()  # as the service does once its state is loaded
@@ -208,10 +221,11 @@ async def _serve(nodes: int) -> None:
     await server.stop()
 
 
-def _http_rows(iterations: int) -> list[dict[str, Any]]:
+def _http_rows(iterations: int, policy: str = "heuristic") -> list[dict[str, Any]]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    suffix = "" if policy == "heuristic" else f",policy={policy}"
     child = subprocess.Popen(
-        [sys.executable, "-m", "loadtests.bench_extender", "serve", "--nodes", str(max(SIZES))],
+        [sys.executable, "-m", "loadtests.bench_extender", "serve", "--nodes", str(max(SIZES)), "--policy", policy],
         stdout=subprocess.PIPE,
         env=env,
         text=True,
@@ -234,7 +248,7 @@ def _http_rows(iterations: int) -> list[dict[str, Any]]:
                     raise RuntimeError(f"prioritize answered {response.status}: {data[:200]!r}")
 
             wall, _ = measure(call, iterations)
-            out += rows(f"nodes={n},path=http", wall)
+            out += rows(f"nodes={n},path=http{suffix}", wall)
         conn.close()
     finally:
         stop_process(child, 10)
@@ -256,9 +270,74 @@ def run_extender_bench(quick: bool) -> list[dict[str, Any]]:
     gc.freeze()  # as the service does once its state is loaded (undone below)
     try:
         out += _in_process_rows(store, extender, ci, now_ms, iterations)
+        out += _shadow_rows(store, extender, iterations)
     finally:
         gc.unfreeze()
     out += _http_rows(iterations)
+    out += _http_rows(iterations, "learned")
+    return out
+
+
+def synthetic_shadow(store: NodeStateStore, nodes: int, seed: int = 11) -> Shadow:
+    """The learned shadow over ``store``: every node 16 cores / 64 GiB with 0-8 pods of random classes."""
+    rnd = random.Random(seed)
+    index = PodIndex(class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound")
+    capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    index.replace_nodes(
+        [{"metadata": {"name": node_name(i)}, "status": {"allocatable": capacity}} for i in range(nodes)]
+    )
+    pods = []
+    for i in range(nodes):
+        for j in range(rnd.randrange(9)):
+            pods.append(
+                {
+                    "metadata": {
+                        "name": f"p{i}-{j}",
+                        "namespace": "bench",
+                        "labels": {DEFAULT_CLASS_KEY: rnd.choice(WORKLOAD_CLASSES)},
+                    },
+                    "spec": {
+                        "nodeName": node_name(i),
+                        "containers": [{"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+                    },
+                    "status": {"phase": "Running"},
+                }
+            )
+    index.replace_pods(pods)
+    model = load_placement_model(PROJECT_ROOT / "models" / "placement")
+    return Shadow(store, index, lambda: model, staleness_ms=store.cfg.staleness_ms, log_per_min=0)
+
+
+def _shadow_rows(store: NodeStateStore, extender: Extender, iterations: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    shadow = synthetic_shadow(store, max(SIZES))
+    for n in SIZES:
+        body = args_body([node_name(i) for i in range(n)])
+        _, ex = extender.prioritize(body)
+
+        def both(body: bytes = body) -> None:
+            shadow.observe(extender.prioritize(body)[1])
+
+        wall, cpu = measure(both, iterations)
+        out += rows(f"nodes={n},policy=learned", wall) + rows(f"nodes={n},policy=learned", cpu, metric="cpu")
+        wall, _ = measure(lambda ex=ex: shadow.observe(ex), iterations)  # type: ignore[misc]
+        out += rows(f"nodes={n},policy=learned,path=shadow", wall)
+
+        def cold(ex: Any = ex) -> None:
+            shadow.scorer.reset()
+            shadow.observe(ex)
+
+        wall, _ = measure(cold, max(20, iterations // 10))
+        out += rows(f"nodes={n},policy=learned,path=shadow-cold", wall)
+        rnd = random.Random(n)
+
+        def churn(ex: Any = ex, names: list[str] = ex.nodes, rnd: random.Random = rnd) -> None:
+            for name in rnd.sample(names, len(names) // 20):
+                shadow.scorer.invalidate(name)
+            shadow.observe(ex)
+
+        wall, _ = measure(churn, iterations)
+        out += rows(f"nodes={n},policy=learned,path=shadow-churn", wall)
     return out
 
 
@@ -283,11 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve synthetic state over HTTP (the benchmark's child process)")
     serve.add_argument("--nodes", type=int, default=max(SIZES))
+    serve.add_argument("--policy", choices=("heuristic", "learned"), default="heuristic")
     run = sub.add_parser("run", help="run the benchmark and print the rows")
     run.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        asyncio.run(_serve(args.nodes))
+        asyncio.run(_serve(args.nodes, args.policy))
         return 0
     for row in run_extender_bench(args.quick):
         print(orjson.dumps(row).decode())

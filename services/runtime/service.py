@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from services.runtime.health import HealthServer
 from services.runtime.kafka_security import KafkaAccessError, check_access
+from services.runtime.kube_client import KubeConfigError
 from services.runtime.logs import setup_logging
 from services.runtime.settings import RuntimeSettings, load_settings
 from services.runtime.telemetry import setup_tracing, shutdown_tracing
@@ -62,6 +63,9 @@ def run_service(name: str, settings_cls: type[S], body: ServiceBody[S]) -> int:
     except KafkaAccessError as exc:
         # Bad credentials or trust: one line naming what to fix, not a traceback or a retry loop.
         print(f"{name}: Kafka access refused: {exc}", file=sys.stderr)
+        return 2
+    except KubeConfigError as exc:
+        print(f"{name}: no Kubernetes access: {exc}", file=sys.stderr)
         return 2
     finally:
         shutdown_tracing()

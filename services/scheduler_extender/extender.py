@@ -21,6 +21,7 @@ from typing import Any, Literal
 import orjson
 
 from contracts.models import WORKLOAD_CLASSES
+from services.scheduler_extender.podindex import pod_requests
 from services.scheduler_extender.scoring import CLASS_INDEX, NodeCard
 from services.scheduler_extender.state import NodeStateStore, PackedCard
 
@@ -53,6 +54,7 @@ class PodRef:
     class_source: ClassSource
     class_value: str | None = None  # the label/annotation value as found (also when invalid)
     owner: str | None = None  # the controller's "<kind>/<name>" (ownerReferences), e.g. "ReplicaSet/web-5d8f7c9b4"
+    milli_cpu: int = 0  # the CPU the scheduler reserves for it (the learned shadow's state reads it)
 
     @property
     def key(self) -> str:
@@ -186,6 +188,7 @@ class Extender:
             class_source=source,
             class_value=value,
             owner=_controller(meta.get("ownerReferences")),
+            milli_cpu=pod_requests(pod)[0],
         )
         return ParsedArgs(ref, names, node_list)
 

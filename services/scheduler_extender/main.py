@@ -1,4 +1,10 @@
-"""`borgctl serve scheduler-extender`: the kube-scheduler HTTP extender (configured by EXTENDER_* variables)."""
+"""`borgctl serve scheduler-extender`: the kube-scheduler HTTP extender (configured by EXTENDER_* variables).
+
+With ``EXTENDER_POLICY=learned`` the learned placement Q-table (``EXTENDER_PLACEMENT_MODEL_DIR``, its
+``CURRENT`` re-read every ``MODEL_POLL_S`` seconds) scores every prioritize call in shadow beside the
+heuristic, which still answers; it needs list/watch on Pods and Nodes (``EXTENDER_KUBECONFIG``, else
+KUBECONFIG or the pod's ServiceAccount). A model that cannot be loaded at start-up exits 2.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,25 @@ import contextlib
 import gc
 import logging
 import time
+from pathlib import Path
 
+from featurelib.placement import TABLE_FILE, PlacementModel
 from services.runtime.health import HealthServer
+from services.runtime.model_watch import ModelRefusedError, ModelWatcher
 from services.runtime.pause import pause
-from services.runtime.service import run_service
+from services.runtime.service import serve_main
 from services.scheduler_extender.extender import Extender
+from services.scheduler_extender.podindex import PodIndex
 from services.scheduler_extender.reader import StateReader
 from services.scheduler_extender.scoring import ScoringConfig
 from services.scheduler_extender.server import ExtenderServer
 from services.scheduler_extender.settings import ExtenderSettings
+from services.scheduler_extender.shadow import Shadow
 from services.scheduler_extender.state import NodeStateStore
 
 log = logging.getLogger(__name__)
 SWEEP_S = 1.0
+FORGET_S = 60.0
 
 
 def scoring_config(s: ExtenderSettings) -> ScoringConfig:
@@ -76,14 +88,68 @@ async def freeze_after_catch_up(reader: StateReader) -> None:
     log.info("gc: %d objects frozen after the state catch-up", gc.get_freeze_count())
 
 
+def load_placement(version_dir: Path) -> PlacementModel:
+    """A placement model version for the ModelWatcher (refused, not crashed, when unreadable)."""
+    try:
+        return PlacementModel.from_json((version_dir / TABLE_FILE).read_bytes())
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelRefusedError(f"{version_dir / TABLE_FILE}: not a usable placement Q-table ({exc})") from None
+
+
+async def forget_gone(shadow: Shadow, stop: asyncio.Event) -> None:
+    while not await pause(stop, FORGET_S):
+        shadow.scorer.forget(shadow.index.view)
+
+
+async def start_shadow(
+    settings: ExtenderSettings, extender: Extender, server: ExtenderServer, stop: asyncio.Event, health: HealthServer
+) -> list[asyncio.Task[None]]:
+    """The learned policy in shadow: its model (hot reloaded), the pods/nodes watch, the server's hook."""
+    from services.runtime.kube_client import api_client
+    from services.scheduler_extender.kube import ClusterWatch
+
+    models: ModelWatcher[PlacementModel] = ModelWatcher(
+        "placement", settings.placement_model_dir, load_placement, poll_s=settings.model_poll_s
+    )
+    index = PodIndex(class_key=settings.class_key, default_class=settings.default_class)
+    shadow = Shadow(
+        extender.store,
+        index,
+        lambda: models.current,
+        staleness_ms=int(settings.staleness_s * 1000),
+        keep=settings.shadow_keep,
+        log_per_min=settings.shadow_log_per_min,
+    )
+    server.shadow, server.shadow_version = shadow, lambda: models.version_dir.name
+    api = await api_client(settings.kubeconfig)
+    watch = ClusterWatch(api, index)
+    # not a readiness check: the heuristic answers whether or not the shadow's watch is synced
+    shadow.synced = watch.synced.is_set
+
+    async def run_watch(stop: asyncio.Event) -> None:
+        try:
+            await watch.run(stop)
+        finally:
+            await api.close()
+
+    log.info("policy learned (shadow): model %s; the heuristic answers every call", models.version_dir.name)
+    return [
+        asyncio.create_task(models.run(stop), name="placement-model"),
+        asyncio.create_task(run_watch(stop), name="cluster-watch"),
+        asyncio.create_task(forget_gone(shadow, stop), name="shadow-forget"),
+    ]
+
+
 async def body(settings: ExtenderSettings, stop: asyncio.Event, health: HealthServer) -> None:
     extender, server, reader = build(settings)
     health.add_check("http", lambda: server.running)
     health.add_check("state_caught_up", reader.caught_up.is_set)
+    shadow_tasks = await start_shadow(settings, extender, server, stop, health) if settings.policy == "learned" else []
     await server.start()
     tasks = [
         asyncio.create_task(reader.run(stop), name="state-reader"),
         asyncio.create_task(sweep(extender.store, stop), name="sweeper"),
+        *shadow_tasks,
     ]
     freezer = asyncio.create_task(freeze_after_catch_up(reader), name="gc-freeze")
     try:
@@ -102,8 +168,8 @@ async def body(settings: ExtenderSettings, stop: asyncio.Event, health: HealthSe
 
 
 def main(argv: list[str] | None = None) -> int:
-    del argv  # configured by environment (EXTENDER_* plus the common KAFKA_BOOTSTRAP, BORG_TOPIC_PREFIX, ...)
-    return run_service("scheduler-extender", ExtenderSettings, body)
+    # configured by environment (EXTENDER_* plus the common KAFKA_BOOTSTRAP, BORG_TOPIC_PREFIX, ...)
+    return serve_main("scheduler-extender", __doc__, ExtenderSettings, body, argv or [], refused=ModelRefusedError)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from contracts import telemetry as names
 from contracts.headers import TRACEPARENT, remote_parent
 from contracts.models import WORKLOAD_CLASSES
 from services.scheduler_extender.extender import BadRequestError, Explanation, Extender
+from services.scheduler_extender.shadow import Shadow
 from services.scheduler_extender.state import NodeStateStore
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def annotate(span: trace.Span, ex: Explanation, max_nodes: int) -> None:
 
 
 class ExtenderServer:
-    """Serves ``{prefix}/filter``, ``{prefix}/prioritize``, ``{prefix}/debug/nodes``, ``{prefix}/debug/last``."""
+    """Serves ``{prefix}/filter``, ``{prefix}/prioritize`` and ``{prefix}/debug/{nodes,last,shadow}``."""
 
     def __init__(
         self,
@@ -105,8 +106,12 @@ class ExtenderServer:
         prefix: str = "",
         span_detail_max_nodes: int = 1000,
         tracer: trace.Tracer | None = None,
+        shadow: Shadow | None = None,
+        shadow_version: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.extender = extender
+        self.shadow = shadow
+        self.shadow_version = shadow_version
         self.tracer = tracer or _tracer
         self.host = host
         self.port = port
@@ -125,6 +130,7 @@ class ExtenderServer:
         )
         app.router.add_get(f"{p}/debug/nodes", self._debug_nodes)
         app.router.add_get(f"{p}/debug/last", self._debug_last)
+        app.router.add_get(f"{p}/debug/shadow", self._debug_shadow)
         return app
 
     @property
@@ -172,6 +178,11 @@ class ExtenderServer:
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 span.end()
                 raise
+            if self.shadow is not None and explanation.verb == "prioritize":
+                # The learned policy is scored after the heuristic's answer is on its way: shadow never delays it.
+                ctx = span.get_span_context()
+                trace_id = f"{ctx.trace_id:032x}" if ctx.is_valid else None
+                asyncio.get_running_loop().call_soon(self._observe_shadow, explanation, trace_id)
             if span.is_recording():
                 # Per-node detail is recorded after the answer is on its way; the span keeps its real end time.
                 asyncio.get_running_loop().call_soon(self._finish_span, span, explanation, time.time_ns())
@@ -193,6 +204,21 @@ class ExtenderServer:
             link_inputs(span, explanation, self.extender.store)
         finally:
             span.end(end_time=end_ns)
+
+    def _observe_shadow(self, explanation: Explanation, trace_id: str | None) -> None:
+        assert self.shadow is not None
+        try:
+            self.shadow.observe(explanation, trace_id)
+        except Exception:  # a shadow bug must never take the heuristic down with it
+            log.exception("shadow scoring failed for %s", explanation.pod.key)
+
+    async def _debug_shadow(self, request: web.Request) -> web.Response:
+        if self.shadow is None:
+            return web.json_response({"policy": "heuristic", "mode": None})
+        node = request.query.get("node")
+        if node is not None:
+            return web.json_response({"node": node, "known": self.shadow.debug_node(node)})
+        return web.json_response(self.shadow.debug(self.shadow_version()))
 
     async def _debug_nodes(self, request: web.Request) -> web.Response:
         cls = request.query.get("class")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -9,6 +12,7 @@ from contracts.models import WorkloadClass
 from services.runtime.settings import RuntimeSettings
 
 DEFAULT_CLASS_KEY = "borg-orchestrator.io/workload-class"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ExtenderSettings(RuntimeSettings):
@@ -58,6 +62,28 @@ class ExtenderSettings(RuntimeSettings):
     # Workload class of the pod.
     class_key: str = Field(default=DEFAULT_CLASS_KEY, description="Pod label (then annotation) naming the class")
     default_class: WorkloadClass = Field(default="cpu_bound", description="Class of pods without a valid label")
+
+    # Placement policy (issue 22). ``learned`` = shadow: the heuristic still answers every call; the learned
+    # Q-table scores the same candidates afterwards and disagreements are counted and sampled (docs/placement.md).
+    policy: Literal["heuristic", "learned"] = Field(
+        default="heuristic", description="heuristic, or learned (shadow: scored and compared, never binding)"
+    )
+    placement_model_dir: Path = Field(
+        default=PROJECT_ROOT / "models" / "placement",
+        description="Learned placement model root (CURRENT names the version) or one version directory",
+    )
+    model_poll_s: float = Field(
+        default=5.0,
+        gt=0.0,
+        le=3600,
+        validation_alias="MODEL_POLL_S",
+        description="How often CURRENT is re-read (hot reload), as for the other models",
+    )
+    kubeconfig: str | None = Field(
+        default=None, description="Kubeconfig for the pods/nodes watch (learned only); unset = KUBECONFIG or in-cluster"
+    )
+    shadow_log_per_min: int = Field(default=10, ge=0, description="Disagreement log lines per minute at most")
+    shadow_keep: int = Field(default=100, ge=1, le=10_000, description="Shadow decisions kept for /debug/shadow")
 
     # Explainability.
     span_detail_max_nodes: int = Field(

@@ -13,7 +13,7 @@ that would land on some scheduler call every few seconds while state updates str
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -112,6 +112,7 @@ class NodeStateStore:
         # and per evicted pod's controller or name: a later placement links the decision that shaped it
         self._decisions: dict[str, bytes] = {}
         self._min_expiry_ms = NEVER_MS  # no card expires before this
+        self.listeners: list[Callable[[str], None]] = []  # told each node whose regime label changed
 
     def __len__(self) -> int:
         return len(self._inputs)
@@ -208,6 +209,9 @@ class NodeStateStore:
         return True
 
     def _set(self, node: str, packed: PackedInputs, now_ms: int) -> None:
+        if self.listeners and packed[0] is not self._inputs.get(node, EMPTY)[0]:
+            for listener in self.listeners:
+                listener(node)
         if packed == EMPTY:
             self._inputs.pop(node, None)
             self._slots.pop(node, None)
@@ -249,6 +253,11 @@ class NodeStateStore:
             unknown = self._unknown_slot
             return [s if s is not None else unknown(n) for s, n in zip(slots, names, strict=True)]
         return slots  # type: ignore[return-value]
+
+    def regime(self, node: str) -> tuple[Any, ...] | None:
+        """The packed regime label held for the node (None: none); the learned shadow's input."""
+        packed = self._inputs.get(node)
+        return packed[0] if packed is not None else None
 
     def card(self, node: str, now_ms: int) -> NodeCard:
         return NodeCard._make(self._lookup([node], now_ms)[0][0])

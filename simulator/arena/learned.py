@@ -12,130 +12,47 @@ The Q-function is a table (:class:`PlacementModel`): a key per discretised state
 and binds on the highest Q; ties (and unseen states, which all get the table's mean) go to the
 kube-default total, then to a seeded draw, so the policy is never worse-informed than kube-default on
 states it has never seen. Training (:mod:`training.placement`) sets ``epsilon`` and ``record``.
+
+:func:`state_key` and :class:`PlacementModel` are defined in :mod:`featurelib.placement` (shared with the
+scheduler extender's shadow scoring); this module adapts the arena's pod and node types to them.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final
 
 import numpy as np
-import orjson
 
-from contracts.models import UNKNOWN_REGIME, WORKLOAD_CLASSES
+from featurelib.placement import (
+    CARD_FILE,
+    FEATURE_SETS,
+    ONNX_FILE,
+    TABLE_FILE,
+    PlacementModel,
+    load_placement_model,
+    q_update,
+)
+from featurelib.placement import state_key as _state_key
 from services.scheduler_extender.scoring import RegimeIn
 from simulator.arena.aware import ArenaView, TaskPod
 from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
-from simulator.workloads import CLASS_INDEX
 
-FEATURE_SETS: Final = ("extender", "extender+pods")
-TABLE_FILE: Final = "q_table.json"
-ONNX_FILE: Final = "q_table.onnx"
-CARD_FILE: Final = "model_card.json"
-CONF_EDGES: Final = (0.5, 0.8)
-PRED_EDGES: Final = (1.05, 1.25, 1.5)
-"""Predicted slowdown bins: ~quiet, under the SLO (1.25), over it, far over it."""
-CPU_EDGES: Final = (0.25, 0.5, 0.75)
-MEM_EDGES: Final = (0.5,)
-REQ_EDGES: Final = (0.1,)
-"""Pod CPU request as a fraction of the node: small or large."""
+# The state and the table live in featurelib.placement, which the scheduler extender imports too (it must
+# build the keys this arena trains on); re-exported here for the trainer and the arena CLI.
+__all__ = ["CARD_FILE", "FEATURE_SETS", "ONNX_FILE", "TABLE_FILE", "LearnedPolicy", "PlacementModel",
+           "load_placement_model", "q_update", "state_key"]
 
 Record = Callable[[TaskPod, str, float], None]
-
-
-def _bin(x: float, edges: Sequence[float]) -> int:
-    return int(np.searchsorted(np.asarray(edges), x, side="right"))
-
-
-def _regime_part(label: RegimeIn | None, workload_class: str) -> str:
-    if label is None:
-        return "absent|-|-"
-    if label.regime == UNKNOWN_REGIME or not label.interference:
-        return f"{UNKNOWN_REGIME}|-|-"
-    pred = dict(label.interference).get(workload_class)
-    p = "-" if pred is None else str(_bin(pred, PRED_EDGES))
-    return f"{label.regime}|{_bin(label.confidence, CONF_EDGES)}|{p}"
 
 
 def state_key(pod: TaskPod, node: NodeResources, label: RegimeIn | None, resident_classes: np.ndarray,
               features: str) -> str:
     """Discretised state of binding ``pod`` on ``node`` (see the module docstring); a table key."""
-    cpu = node.requested_milli_cpu / node.allocatable_milli_cpu
-    mem = node.requested_memory / node.allocatable_memory
-    cpu_bin = "e" if node.pods == 0 else str(_bin(cpu, CPU_EDGES))
-    req = _bin(pod.milli_cpu / node.allocatable_milli_cpu, REQ_EDGES)
-    key = (f"{CLASS_INDEX[pod.workload_class]}|{req}|{_regime_part(label, pod.workload_class)}|"
-           f"{cpu_bin}|{_bin(mem, MEM_EDGES)}")
-    if features == "extender+pods":
-        present = set(np.asarray(resident_classes, dtype=np.int64).tolist())
-        key += "|" + "".join("1" if c in present else "0" for c in range(len(WORKLOAD_CLASSES)))
-    elif features != "extender":
-        raise ValueError(f"unknown feature set {features!r}; known: {FEATURE_SETS}")
-    return key
-
-
-def q_update(q: float, reward: float, alpha: float, *, gamma: float = 0.0, next_max: float = 0.0) -> float:
-    """One tabular Q-learning step: ``q + alpha * (reward + gamma * next_max - q)``."""
-    return q + alpha * (reward + gamma * next_max - q)
-
-
-@dataclass
-class PlacementModel:
-    """The tabular Q-function: value and visit count per state key."""
-
-    features: str = "extender"
-    values: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-    alpha_min: float = 0.02
-    card: dict[str, Any] = field(default_factory=dict)
-    _default: float | None = None
-
-    def q(self, key: str) -> float:
-        if key in self.values:
-            return self.values[key]
-        if self._default is None:
-            self._default = float(np.mean(list(self.values.values()))) if self.values else 0.0
-        return self._default
-
-    def update(self, key: str, reward: float, *, gamma: float = 0.0, next_max: float = 0.0) -> None:
-        """Visit-count learning rate (1/n, floored at ``alpha_min``): early visits average, later ones track."""
-        n = self.counts.get(key, 0) + 1
-        self.counts[key] = n
-        self.values[key] = q_update(self.values.get(key, 0.0), reward, max(1.0 / n, self.alpha_min),
-                                    gamma=gamma, next_max=next_max)
-        self._default = None
-
-    def to_json(self) -> bytes:
-        doc = {"features": self.features, "alpha_min": self.alpha_min, "default": self.q("\0"),
-               "values": dict(sorted(self.values.items())), "counts": dict(sorted(self.counts.items()))}
-        return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> PlacementModel:
-        doc = orjson.loads(raw)
-        features = str(doc["features"])
-        if features not in FEATURE_SETS:
-            raise ValueError(f"unknown feature set {features!r}; known: {FEATURE_SETS}")
-        return cls(features, {str(k): float(v) for k, v in doc["values"].items()},
-                   {str(k): int(v) for k, v in doc.get("counts", {}).items()}, float(doc.get("alpha_min", 0.02)))
-
-
-def load_placement_model(path: Path) -> PlacementModel:
-    """A version directory (holding ``q_table.json``) or a model root whose ``CURRENT`` names one."""
-    version = path
-    if not (path / TABLE_FILE).is_file():
-        current = path / "CURRENT"
-        if not current.is_file():
-            raise ValueError(f"{path}: neither a placement model version ({TABLE_FILE}) nor a root (CURRENT); "
-                             "train one: borgctl train placement --out models/placement/<version>")
-        version = path / current.read_text().strip()
-    model = PlacementModel.from_json((version / TABLE_FILE).read_bytes())
-    if (version / CARD_FILE).is_file():
-        model.card = orjson.loads((version / CARD_FILE).read_bytes())
-    return model
+    return _state_key(pod.workload_class, pod.milli_cpu, label, requested_milli_cpu=node.requested_milli_cpu,
+                      allocatable_milli_cpu=node.allocatable_milli_cpu, requested_memory=node.requested_memory,
+                      allocatable_memory=node.allocatable_memory, pods=node.pods,
+                      resident_classes=np.asarray(resident_classes, dtype=np.int64).tolist(), features=features)
 
 
 class LearnedPolicy:

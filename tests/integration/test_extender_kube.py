@@ -9,6 +9,10 @@ Nodes (no kubelets: Node objects with allocatable and a Ready condition):
 - llc:     LLC contention (llc_sensitive 2.2, memory_bound 1.2)  → filtered for llc_sensitive pods
 - risky:   calm, but node failure risk 0.95                        → filtered for every pod
 - unknown: no state at all                                         → neutral score 5
+
+The extender runs with ``EXTENDER_POLICY=learned`` (shadow) and a hand-made Q-table that prefers the empty
+``unknown`` node for memory-bound pods: pods still land where the heuristic sends them, and the shadow
+record (``/debug/shadow``, the counter on ``/metrics``, the disagreement log line) names the learned choice.
 """
 
 from __future__ import annotations
@@ -110,11 +114,27 @@ class ExtenderProc:
     proc: subprocess.Popen[bytes]
     url: str
     log: Path
+    health_url: str
+
+
+# memory_bound (class 2), 100m of 16 cores, nothing bound yet: the empty unknown node beats the llc node;
+# every other state is unseen (the table's mean, -1/3): indifferent, so it agrees with the heuristic.
+SHADOW_TABLE = {"2|0|absent|-|-|e|0|0000": 1.0, "2|0|llc|2|1|e|0|0000": -1.0, "2|0|llc|2|1|0|0|0010": -1.0}
+
+
+def shadow_model(root: Path) -> Path:
+    version = root / "placement" / "e2e-v1"
+    version.mkdir(parents=True)
+    table = {"features": "extender+pods", "alpha_min": 0.02, "values": SHADOW_TABLE, "counts": {}}
+    (version / "q_table.json").write_bytes(orjson.dumps(table))
+    (version / "model_card.json").write_bytes(orjson.dumps({"model": "placement", "version": "e2e-v1"}))
+    (root / "placement" / "CURRENT").write_text("e2e-v1\n")
+    return root / "placement"
 
 
 @pytest.fixture
-def extender(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[ExtenderProc]:
-    port = free_port()
+def extender(kube: Kube, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[ExtenderProc]:
+    port, health = free_port(), free_port()
     log = tmp_path / "extender.log"
     env = {
         **os.environ,
@@ -122,8 +142,11 @@ def extender(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterato
         "BORG_TOPIC_PREFIX": topic_prefix,
         "EXTENDER_HOST": "127.0.0.1",
         "EXTENDER_PORT": str(port),
-        "HEALTH_PORT": "0",
+        "HEALTH_PORT": str(health),
         "LOG_FORMAT": "text",
+        "EXTENDER_POLICY": "learned",
+        "EXTENDER_PLACEMENT_MODEL_DIR": str(shadow_model(tmp_path)),
+        "EXTENDER_KUBECONFIG": str(kube.admin_kubeconfig),
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     with log.open("wb") as out:
@@ -134,7 +157,7 @@ def extender(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterato
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    ext = ExtenderProc(proc, f"http://127.0.0.1:{port}", log)
+    ext = ExtenderProc(proc, f"http://127.0.0.1:{port}", log, f"http://127.0.0.1:{health}")
     try:
         yield ext
     finally:
@@ -349,6 +372,15 @@ async def test_pods_land_by_class_and_scheduling_survives_extender_stop(
 
         await wait_until(held, timeout=60, interval=0.2, what="extender state for the 3 nodes from Kafka")
 
+        def watched() -> bool:  # the shadow's pods/nodes watch knows the four nodes' allocatable
+            try:
+                shadow = http_json(f"{extender.url}/debug/shadow")
+            except OSError:
+                return False
+            return bool(shadow["mode"] == "shadow" and shadow["nodes_known"] >= len(nodes))
+
+        await wait_until(watched, timeout=60, interval=0.2, what="the extender's node watch")
+
         async def service_account() -> bool:
             accounts = await core.list_namespaced_service_account(namespace)
             return any(a.metadata.name == "default" for a in accounts.items)
@@ -381,6 +413,38 @@ async def test_pods_land_by_class_and_scheduling_survives_extender_stop(
             assert last["filter"]["pod"]["namespace"] == namespace
             assert last["prioritize"]["workload_class_source"] == "label"
             assert set(last["prioritize"]["nodes"]) <= set(nodes.values())
+
+            # The pods watch counts the two memory-bound pods (100m / 64Mi each, class 2) on the llc node.
+            def llc_node() -> Any:
+                known = http_json(f"{extender.url}/debug/shadow?node={nodes['llc']}")["known"]
+                return known if known and known["pods"] == 2 else None
+
+            known = await wait_until(llc_node, timeout=30, interval=0.2, what="the bound pods in the shadow's index")
+            assert (known["requested_milli_cpu"], known["requested_memory"]) == (200, 128 << 20)
+            assert known["classes"] == [2, 2]
+            assert known["allocatable_milli_cpu"] == 16000
+
+            # Shadow: the heuristic bound every pod; the learned table would have sent the memory-bound
+            # pods to the empty unknown node, and agrees on the llc-sensitive one (its states unseen).
+            shadow = http_json(f"{extender.url}/debug/shadow")
+            assert shadow["model_version"] == "e2e-v1"
+            decided = {d["pod"].split("/")[1]: d for d in shadow["recent"]}
+            assert set(decided) == {"mem-0", "mem-1", "llc-0"}, shadow
+            for name, d in decided.items():
+                assert d["heuristic_node"] == placed[name], d  # the answer is the heuristic's
+            for name in ("mem-0", "mem-1"):
+                assert (decided[name]["agree"], decided[name]["learned_node"]) == (False, nodes["unknown"])
+                assert decided[name]["learned_q"] == 1.0
+            assert decided["llc-0"]["agree"] is True
+            assert shadow["decisions"] == {"true": 1, "false": 2, "skipped": 0}
+            metrics = urllib.request.urlopen(f"{extender.health_url}/metrics", timeout=5).read().decode()
+            assert 'borg_extender_shadow_decisions_total{agree="false"} 2.0' in metrics
+            assert 'borg_extender_shadow_decisions_total{agree="true"} 1.0' in metrics
+            logged = [line for line in extender.log.read_text().splitlines() if "shadow disagreement" in line]
+            assert len(logged) == 2 and all(f"learned={nodes['unknown']} (q 1.0000" in line for line in logged)
+            assert {f"pod={namespace}/mem-0", f"pod={namespace}/mem-1"} == {
+                line.split()[line.split().index("disagreement") + 1] for line in logged
+            }
 
             # The extender goes away: the scheduler (ignorable: true) keeps binding pods.
             _stop(extender.proc)

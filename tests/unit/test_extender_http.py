@@ -333,7 +333,12 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("var", "value"),
-    [("EXTENDER_DEFAULT_CLASS", "gpu_bound"), ("EXTENDER_MAX_SLOWDOWN", "1.0"), ("EXTENDER_RISK_THRESHOLD", "2")],
+    [
+        ("EXTENDER_DEFAULT_CLASS", "gpu_bound"),
+        ("EXTENDER_MAX_SLOWDOWN", "1.0"),
+        ("EXTENDER_RISK_THRESHOLD", "2"),
+        ("EXTENDER_POLICY", "learned-serve"),
+    ],
 )
 def test_bad_setting_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], var: str, value: str
@@ -342,6 +347,45 @@ def test_bad_setting_names_the_variable(
     with pytest.raises(SettingsError):
         load_settings(ExtenderSettings)
     assert f"setting {var}:" in capsys.readouterr().err
+
+
+def test_policy_defaults_to_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(ExtenderSettings).policy == "heuristic"
+    monkeypatch.setenv("EXTENDER_POLICY", "learned")
+    monkeypatch.setenv("MODEL_POLL_S", "0.5")
+    settings = load_settings(ExtenderSettings)
+    assert (settings.policy, settings.model_poll_s) == ("learned", 0.5)
+    assert settings.placement_model_dir.name == "placement"
+
+
+async def test_prioritize_is_shadowed_after_the_answer(harness: Harness) -> None:
+    from featurelib.placement import PlacementModel
+    from services.scheduler_extender.podindex import PodIndex
+    from services.scheduler_extender.shadow import Shadow
+
+    status, body = await harness.get("/debug/shadow")
+    assert (status, body["policy"]) == (200, "heuristic")
+    feed(harness.store, "node-a", MEMBW, age_s=5)
+    feed(harness.store, "node-b", CALM, regime="none", age_s=5)
+    index = PodIndex(class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound")
+    capacity = {"cpu": "16", "memory": "64Gi"}
+    index.replace_nodes([{"metadata": {"name": n}, "status": {"allocatable": capacity}} for n in ("node-a", "node-b")])
+    # the table prefers the contended node-a; the heuristic (which answers) prefers node-b
+    model = PlacementModel("extender+pods", {"2|0|membw|2|3|e|0|0000": 1.0, "2|0|none|2|0|e|0|0000": -1.0})
+    harness.server.shadow = Shadow(harness.store, index, lambda: model, staleness_ms=120_000)
+    harness.server.shadow_version = lambda: "v-test"
+    status, scores = await harness.post("/prioritize", args())
+    assert status == 200 and scores[0]["Score"] < scores[1]["Score"]
+    status, body = await harness.get("/debug/shadow")
+    (recent,) = body["recent"]
+    assert (body["mode"], body["model_version"], body["decisions"]["false"]) == ("shadow", "v-test", 1)
+    assert (recent["heuristic_node"], recent["learned_node"], recent["agree"]) == ("node-b", "node-a", False)
+    (span,) = [s for s in harness.spans.get_finished_spans() if s.name == names.SPAN_EXTENDER_PRIORITIZE]
+    assert recent["trace_id"] == f"{span.context.trace_id:032x}"
+    _, one = await harness.get("/debug/shadow?node=node-a")
+    assert (one["known"]["allocatable_milli_cpu"], one["known"]["pods"]) == (16000, 0)
+    _, none = await harness.get("/debug/shadow?node=node-x")
+    assert none == {"node": "node-x", "known": None}
 
 
 async def test_server_binds_and_stops() -> None:

@@ -1,0 +1,156 @@
+"""The extender's only contact with kubernetes_asyncio: list + watch Nodes and bound Pods into a ``PodIndex``.
+
+Runs only with ``EXTENDER_POLICY=learned`` (the heuristic needs no API access). Objects stay JSON dicts.
+Pods are watched with the field selector ``spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed``:
+bound and not finished, the pods whose requests kube-scheduler counts on a node (a pod leaving the
+selection arrives as DELETED). A watch that ends is resumed from its last resourceVersion; a 410 or any
+other error re-lists (after ``retry_s``), so the index converges after an outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.runtime.pause import pause
+from services.scheduler_extender.podindex import Obj, PodIndex
+
+log = logging.getLogger(__name__)
+POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+class GoneError(Exception):
+    """The watch's resourceVersion is too old: list again."""
+
+
+class ClusterWatch:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        index: PodIndex,
+        *,
+        timeout_s: int = 240,
+        retry_s: float = 2.0,
+        page_size: int = 500,
+    ) -> None:
+        self.api = api
+        self.index = index
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self.page_size = page_size
+        self._listed: set[str] = set()
+        self.synced = asyncio.Event()  # both lists applied once
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loops = [
+            asyncio.create_task(self._loop("nodes", [], self.index.replace_nodes, self.index.apply_node, stop)),
+            asyncio.create_task(
+                self._loop(
+                    "pods", [("fieldSelector", POD_SELECTOR)], self.index.replace_pods, self.index.apply_pod, stop
+                )
+            ),
+        ]
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait({stopper, *loops}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stopper}:
+                task.result()
+        finally:
+            for task in (stopper, *loops):
+                task.cancel()
+            for task in (stopper, *loops):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _loop(
+        self,
+        plural: str,
+        selector: list[tuple[str, Any]],
+        replace: Callable[[Iterable[Obj]], None],
+        apply: Callable[[str, Obj], None],
+        stop: asyncio.Event,
+    ) -> None:
+        version: str | None = None
+        while not stop.is_set():
+            try:
+                if version is None:
+                    items, version = await self._list(plural, selector)
+                    replace(items)
+                    self._listed.add(plural)
+                    if self._listed == {"nodes", "pods"}:
+                        self.synced.set()
+                    log.info("watch %s: %d listed", plural, len(items))
+                async for kind, obj in self._watch(plural, selector, version):
+                    if kind == "BOOKMARK":
+                        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                        continue
+                    apply(kind, obj)
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            except GoneError:
+                version = None
+            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                log.warning("watch %s failed (%s); listing again in %.0fs", plural, exc, self.retry_s)
+                version = None
+                await pause(stop, self.retry_s)
+
+    async def _get(self, path: str, query: list[tuple[str, Any]], limit: Any) -> Any:
+        return await self.api.call_api(
+            path,
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            response_types_map={200: "object"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=limit is None,
+            _request_timeout=limit or 30,
+        )
+
+    async def _list(self, plural: str, selector: list[tuple[str, Any]]) -> tuple[list[Obj], str]:
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            query = [*selector, ("limit", self.page_size)] + ([("continue", token)] if token else [])
+            body = await self._get(f"/api/v1/{plural}", query, None)
+            items.extend(body.get("items") or [])
+            meta = body.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    async def _watch(
+        self, plural: str, selector: list[tuple[str, Any]], version: str
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        query = [
+            *selector,
+            ("watch", "true"),
+            ("resourceVersion", version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", self.timeout_s),
+        ]
+        resp = await self._get(f"/api/v1/{plural}", query, (10, self.timeout_s + 30))
+        try:
+            if resp.status == 410:
+                raise GoneError(plural)
+            if resp.status != 200:
+                raise ValueError(f"watch {plural}: HTTP {resp.status}: {(await resp.text())[:300]}")
+            while line := await resp.content.readline():
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj: Obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if int(obj.get("code") or 0) == 410:
+                        raise GoneError(plural)
+                    raise ValueError(f"watch {plural}: {obj.get('message')}")
+                yield str(event.get("type")), obj
+        finally:
+            resp.release()
