@@ -9,26 +9,13 @@ fails (e.g. the ONNX parity check). Also ``python -m training.cli
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
-from training import settings
-from training.errors import UserFacingError
-from training.export_onnx import ParityError
+from training import cli_args, settings
 from training.labels import parse_failure_events
 from training.progress import Progress
-
-
-class UsageError(UserFacingError):
-    """Bad command-line arguments."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _horizons(text: str) -> tuple[int, ...]:
@@ -48,24 +35,32 @@ def _failure_events(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _train_parser(prog: str) -> _Parser:
-    default = settings.google2011_dir()
-    p = _Parser(prog=prog, description="Train XGBoost failure-risk models (one per horizon) and export ONNX.")
-    p.add_argument("--task-events", type=Path, default=default / "task_events",
+def _task_events(p: cli_args.Parser) -> None:
+    p.add_argument("--task-events", type=Path, default=settings.google2011_dir() / "task_events",
                    help="directory of task_events part files (default: $BORG_DATA_DIR/google2011/task_events)")
-    p.add_argument("--job-events", type=Path, default=None,
-                   help="directory of job_events part files (validated and described in the card)")
-    p.add_argument("--out", type=Path, default=settings.DEFAULT_MODEL_DIR, help="model root (default models/failure)")
+
+
+def _labels(p: cli_args.Parser) -> None:
+    """What is predicted: the horizons and which terminal events count as a failure."""
     p.add_argument("--horizons", type=_horizons, default=_horizons("300,900,3600"), help="seconds, e.g. 300,900,3600")
     p.add_argument("--failure-events", type=_failure_events, default=_failure_events("FAIL"),
                    help="terminal events counted as failure: FAIL[,EVICT,KILL,LOST]")
-    p.add_argument("--seed", type=int, default=0)
+
+
+def _train_parser(prog: str) -> cli_args.Parser:
+    p = cli_args.Parser(prog=prog, description="Train XGBoost failure-risk models (one per horizon) and export ONNX.")
+    _task_events(p)
+    p.add_argument("--job-events", type=Path, default=None,
+                   help="directory of job_events part files (validated and described in the card)")
+    cli_args.add_model_root(p, "failure")
+    _labels(p)
+    cli_args.add_seed(p, 0)
     p.add_argument("--train-fraction", type=float, default=0.7, help="time fraction used for training")
-    p.add_argument("--version", default=None, help="version name (default: UTC time + data fingerprint)")
-    p.add_argument("--no-set-current", action="store_true", help="do not point CURRENT at the new version")
+    cli_args.add_version(p)
+    cli_args.add_no_set_current(p)
     p.add_argument("--rolling-report", type=Path, default=None,
                    help="a `borgctl eval failure-rolling` report whose figures go into the model card")
-    p.add_argument("--quiet", action="store_true")
+    cli_args.add_quiet(p)
     return p
 
 
@@ -89,28 +84,25 @@ def _origins(text: str) -> tuple[float, ...]:
     return tuple(values)
 
 
-def _rolling_parser(prog: str) -> _Parser:
-    default = settings.google2011_dir()
-    p = _Parser(prog=prog, description="Rolling-origin evaluation of the failure-model training recipe: retrain "
-                "on earlier hours, test on later ones (cold history, as later part files), per gap and horizon.")
-    p.add_argument("--task-events", type=Path, default=default / "task_events",
-                   help="directory of task_events part files (default: $BORG_DATA_DIR/google2011/task_events)")
+def _rolling_parser(prog: str) -> cli_args.Parser:
+    p = cli_args.Parser(prog=prog, description="Rolling-origin evaluation of the failure-model training recipe: "
+                        "retrain on earlier hours, test on later ones (cold history, as later part files), per gap "
+                        "and horizon.")
+    _task_events(p)
     p.add_argument("--out", type=Path, required=True, help="report JSON (bench format + per-fold figures)")
-    p.add_argument("--horizons", type=_horizons, default=_horizons("300,900,3600"), help="seconds, e.g. 300,900,3600")
-    p.add_argument("--failure-events", type=_failure_events, default=_failure_events("FAIL"),
-                   help="terminal events counted as failure: FAIL[,EVICT,KILL,LOST]")
+    _labels(p)
     p.add_argument("--origins", type=_origins, default=_origins("0.4,0.55,0.7"),
                    help="fold origins as fractions of the prediction-point time range")
     p.add_argument("--gaps", type=_gaps, default=_gaps("0,2,4"),
                    help="hours between the origin (every training label settled) and the test window")
     p.add_argument("--test-span", type=float, default=2.0, help="hours per test window")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quiet", action="store_true")
+    cli_args.add_seed(p, 0)
+    cli_args.add_quiet(p)
     return p
 
 
-def _eval_parser(prog: str) -> _Parser:
-    p = _Parser(prog=prog, description="Evaluate a failure-risk model and its baselines on part files.")
+def _eval_parser(prog: str) -> cli_args.Parser:
+    p = cli_args.Parser(prog=prog, description="Evaluate a failure-risk model and its baselines on part files.")
     p.add_argument("--task-events", type=Path, required=True, help="directory of task_events part files")
     p.add_argument("--job-events", type=Path, default=None, help="directory of job_events part files")
     p.add_argument("--model", type=Path, default=settings.DEFAULT_MODEL_DIR,
@@ -118,29 +110,14 @@ def _eval_parser(prog: str) -> _Parser:
     p.add_argument("--out", type=Path, required=True, help="report JSON path (PR-curve PNG is written beside it)")
     p.add_argument("--window", choices=("auto", "heldout", "all"), default="auto",
                    help="auto: held-out window if the files overlap the training data, else all points")
-    p.add_argument("--quiet", action="store_true")
+    cli_args.add_quiet(p)
     return p
 
 
 def _run(prog: str, action: str, argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if action == "train":
-            return _train(prog, args_list)
-        if action == "rolling":
-            return _rolling(prog, args_list)
-        return _eval(prog, args_list)
-    except UserFacingError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return exc.code if isinstance(exc.code, int) else 0
-    except ParityError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    run = {"train": _train, "rolling": _rolling}.get(action, _eval)
+    return cli_args.run_cli(prog, lambda: run(prog, args_list))
 
 
 def _train(prog: str, argv: list[str]) -> int:
@@ -148,12 +125,12 @@ def _train(prog: str, argv: list[str]) -> int:
 
     args = _train_parser(prog).parse_args(argv)
     if not 0.0 < args.train_fraction < 1.0:
-        raise UsageError("--train-fraction must be between 0 and 1")
+        raise cli_args.UsageError("--train-fraction must be between 0 and 1")
     progress = Progress(enabled=not args.quiet)
     cfg = TrainConfig(task_events=args.task_events, job_events=args.job_events, out=args.out,
                       horizons_us=args.horizons, failure_types=args.failure_events, seed=args.seed,
                       train_fraction=args.train_fraction, version=args.version, rolling_report=args.rolling_report,
-                      command=" ".join([prog, *map(shlex.quote, argv)]), set_current=not args.no_set_current)
+                      command=cli_args.command_line(prog, argv), set_current=not args.no_set_current)
     out = train_failure_models(cfg, progress)
     progress(f"done: {out}")
     print(out)
@@ -180,7 +157,7 @@ def _rolling(prog: str, argv: list[str]) -> int:
 
     args = _rolling_parser(prog).parse_args(argv)
     if args.test_span <= 0:
-        raise UsageError("--test-span must be positive hours")
+        raise cli_args.UsageError("--test-span must be positive hours")
     progress = Progress(enabled=not args.quiet)
     events = ingest.load_task_events(args.task_events, progress)
     if events.height == 0:
@@ -188,7 +165,7 @@ def _rolling(prog: str, argv: list[str]) -> int:
     cfg = RollingConfig(horizons_us=args.horizons, failure_types=args.failure_events, origins=args.origins,
                         gaps_us=args.gaps, test_span_us=int(args.test_span * 3_600_000_000), seed=args.seed)
     report = rolling_evaluation(events, Recipe(), cfg, progress)
-    write_report(args.out, report, _machine(), " ".join([prog, *map(shlex.quote, argv)]))
+    write_report(args.out, report, _machine(), cli_args.command_line(prog, argv))
     progress(f"wrote {args.out}")
     for key, gaps in report["summary"].items():
         print(f"horizon {key}: " + "; ".join(

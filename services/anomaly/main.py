@@ -7,29 +7,18 @@ when trained on another feature schema; a repointed ``CURRENT`` is picked up wit
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
-from services.anomaly.model import AnomalyModel, load_anomaly_model
+from services.anomaly.model import load_anomaly_model
 from services.anomaly.processor import SERVICE, AnomalyProcessor
 from services.anomaly.settings import AnomalySettings
-from services.runtime.batch_stream import run_stream
-from services.runtime.health import HealthServer
-from services.runtime.model_watch import ModelRefusedError, ModelWatcher
-from services.runtime.service import serve_main
-from services.runtime.stream_io import Sink
+from services.runtime.model_stage import one_model_body, stage_main
 
-
-async def body(settings: AnomalySettings, stop: asyncio.Event, health: HealthServer) -> None:
-    models: ModelWatcher[AnomalyModel] = ModelWatcher("anomaly", settings.model_dir, load_anomaly_model,
-                                                      poll_s=settings.model_poll_s)
-    async with Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix) as sink:
-        processor = AnomalyProcessor(settings, sink, models)
-        await run_stream(processor.stream, stop, health, tasks=(models.run,))
+body = one_model_body(SERVICE, "anomaly", load_anomaly_model, AnomalyProcessor)
 
 
 def main(argv: list[str]) -> int:
-    return serve_main(SERVICE, __doc__, AnomalySettings, body, argv, refused=ModelRefusedError)
+    return stage_main(SERVICE, __doc__, AnomalySettings, body, argv)
 
 
 if __name__ == "__main__":

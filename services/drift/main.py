@@ -24,33 +24,29 @@ from services.drift.processor import (
     load_regime_reference,
 )
 from services.drift.settings import DriftSettings
-from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
+from services.runtime.model_stage import Stage, run_stage, stage_main, watch_model
 from services.runtime.model_watch import ModelRefusedError, ModelWatcher
-from services.runtime.service import serve_main
-from services.runtime.stream_io import Sink
 
 log = logging.getLogger(__name__)
 
 
 async def body(settings: DriftSettings, stop: asyncio.Event, health: HealthServer) -> None:
-    references: ModelWatcher[Reference] = ModelWatcher("drift-regime", settings.regime_model_dir,
-                                                       load_regime_reference, poll_s=settings.model_poll_s)
+    references = watch_model("drift-regime", settings.regime_model_dir, load_regime_reference, settings.model_poll_s)
     failure: ModelWatcher[Reference] | None = None
     if settings.failure_model_dir is not None and settings.failure_model_dir.exists():
         try:
-            failure = ModelWatcher("drift-failure", settings.failure_model_dir, load_failure_reference,
-                                   poll_s=settings.model_poll_s)
+            failure = watch_model("drift-failure", settings.failure_model_dir, load_failure_reference,
+                                  settings.model_poll_s)
         except ModelRefusedError as exc:  # the regime watch does not depend on it
             log.error("drift: not watching the failure model: %s", exc)
-    async with Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix) as sink:
-        processor = DriftProcessor(settings, sink, references, failure)
-        await run_stream(processor.stream, stop, health,
-                         tasks=(references.run, *((failure.run,) if failure is not None else ())))
+    tasks = (references.run, *((failure.run,) if failure is not None else ()))
+    await run_stage(SERVICE, settings, stop, health,
+                    lambda sink: Stage(DriftProcessor(settings, sink, references, failure).stream, tasks))
 
 
 def main(argv: list[str]) -> int:
-    return serve_main(SERVICE, __doc__, DriftSettings, body, argv, refused=ModelRefusedError)
+    return stage_main(SERVICE, __doc__, DriftSettings, body, argv)
 
 
 if __name__ == "__main__":

@@ -10,39 +10,28 @@ named by ``ROLLOUT.json`` in the model root is shadow-scored and rolled out prog
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 
-from services.regime.model import RegimeModel, load_regime_model
+from services.regime.model import load_regime_model
 from services.regime.processor import SERVICE, RegimeProcessor
 from services.regime.settings import RegimeSettings
 from services.regime.shadow import RegimeShadow, RegimeShadowStats
 from services.regime.truth import TruthTail
-from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
-from services.runtime.model_watch import ModelRefusedError, ModelWatcher
-from services.runtime.rollout_watch import RolloutWatcher
-from services.runtime.service import serve_main
-from services.runtime.stream_io import Sink
-
-log = logging.getLogger(__name__)
+from services.runtime.model_stage import Stage, follow_rollout, run_stage, stage_main, watch_model
 
 
 async def body(settings: RegimeSettings, stop: asyncio.Event, health: HealthServer) -> None:
-    models: ModelWatcher[RegimeModel] = ModelWatcher("regime", settings.model_dir, load_regime_model,
-                                                     poll_s=settings.model_poll_s)
+    models = watch_model("regime", settings.model_dir, load_regime_model, settings.model_poll_s)
     stats = RegimeShadowStats(coverage_margin=settings.rollout_coverage_margin)
-    rollout = RolloutWatcher("regime", settings.model_dir, load_regime_model, stats, settings,
-                             serving=lambda: models.version_dir.name, promoted=models.check)
-    await asyncio.to_thread(rollout.check)  # a rollout under way is followed from the first batch
+    rollout = await follow_rollout(models, stats, settings)
     shadow = RegimeShadow(stats, TruthTail(settings.truth_file) if settings.truth_file else None)
-    async with Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix) as sink:
-        processor = RegimeProcessor(settings, sink, models, rollout, shadow)
-        await run_stream(processor.stream, stop, health, tasks=(models.run, rollout.run))
+    await run_stage(SERVICE, settings, stop, health, lambda sink: Stage(
+        RegimeProcessor(settings, sink, models, rollout, shadow).stream, (models.run, rollout.run)))
 
 
 def main(argv: list[str]) -> int:
-    return serve_main(SERVICE, __doc__, RegimeSettings, body, argv, refused=ModelRefusedError)
+    return stage_main(SERVICE, __doc__, RegimeSettings, body, argv)
 
 
 if __name__ == "__main__":

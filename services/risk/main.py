@@ -13,40 +13,37 @@ import asyncio
 import functools
 import sys
 
-from services.risk.model import FailureModel, load_failure_model
+from services.risk.model import load_failure_model
 from services.risk.processor import SERVICE, TASK_TOPIC, RiskProcessor
 from services.risk.replay import rebuild_history
 from services.risk.settings import RiskSettings
 from services.risk.shadow import RiskShadowStats
 from services.risk.state import RiskState
-from services.runtime.batch_stream import run_stream
 from services.runtime.health import HealthServer
-from services.runtime.model_watch import ModelRefusedError, ModelWatcher
-from services.runtime.rollout_watch import RolloutWatcher
-from services.runtime.service import serve_main
+from services.runtime.model_stage import Stage, follow_rollout, run_stage, stage_main, watch_model
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import app_id
 
 
 async def body(settings: RiskSettings, stop: asyncio.Event, health: HealthServer) -> None:
     loader = functools.partial(load_failure_model, xgb_min_batch=settings.xgb_min_batch)
-    models: ModelWatcher[FailureModel] = ModelWatcher("failure", settings.model_dir, loader,
-                                                      poll_s=settings.model_poll_s)
+    models = watch_model("failure", settings.model_dir, loader, settings.model_poll_s)
     stats = RiskShadowStats()
-    rollout = RolloutWatcher("failure", settings.model_dir, loader, stats, settings,
-                             serving=lambda: models.version_dir.name, promoted=models.check)
-    await asyncio.to_thread(rollout.check)
+    rollout = await follow_rollout(models, stats, settings)
     state = RiskState(largest=settings.largest_node())
     if settings.rebuild_history:
         await rebuild_history(settings.kafka_bootstrap, app_id(SERVICE, settings.topic_prefix),
                               settings.topic(TASK_TOPIC), state)
-    async with Sink(bootstrap=settings.kafka_bootstrap, service=SERVICE, topic_prefix=settings.topic_prefix) as sink:
+
+    def build(sink: Sink) -> Stage:
         processor = RiskProcessor(settings, sink, models, state, rollout, stats)
-        await run_stream(processor.stream, stop, health, tasks=(models.run, processor.rescore_loop, rollout.run))
+        return Stage(processor.stream, (models.run, processor.rescore_loop, rollout.run))
+
+    await run_stage(SERVICE, settings, stop, health, build)
 
 
 def main(argv: list[str]) -> int:
-    return serve_main(SERVICE, __doc__, RiskSettings, body, argv, refused=ModelRefusedError)
+    return stage_main(SERVICE, __doc__, RiskSettings, body, argv)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ Artifacts: ``<out>/<version>/isolation_forest.onnx`` + ``model_card.json``; ``<o
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -21,18 +20,19 @@ import onnxruntime
 import sklearn
 
 from featurelib.node.schema import FEATURE_SCHEMA_VERSION, NODE_FEATURE_NAMES, node_feature_schema_hash
+from training import cli_args
 from training.anomaly.model import AnomalyModel, evaluate, export_anomaly_model, fit_anomaly_model
 from training.progress import Progress
-from training.regime.artifacts import INPUT_NAME, ParityError, VersionDir, new_version
+from training.regime.artifacts import INPUT_NAME, VersionDir, new_version
 from training.regime.simwindows import anomaly_distribution, simulate_windows
 
-ROOT = Path(__file__).resolve().parents[2]
+PROG = "borgctl train anomaly"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="borgctl train anomaly", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=ROOT / "models" / "anomaly", help="model root (default models/anomaly)")
-    p.add_argument("--version")
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    cli_args.add_model_root(p, "anomaly")
+    cli_args.add_version(p, None)
     p.add_argument("--nodes", type=int, default=48)
     p.add_argument("--ticks", type=int, default=1500)
     p.add_argument("--test-nodes", type=int, default=32)
@@ -41,35 +41,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-anomaly-rate", type=float, default=0.004)
     p.add_argument("--target-fpr", type=float, default=0.02, help="alert threshold = this quantile of training")
     p.add_argument("--trees", type=int, default=100)
-    p.add_argument("--seed", type=int, default=11)
-    p.add_argument("--no-set-current", action="store_true")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
+    cli_args.add_seed(p, 11)
+    cli_args.add_no_set_current(p, None)
+    cli_args.add_quick(p)
+    cli_args.add_quiet(p, short=True)
     return p
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.quick:
+        args.nodes, args.ticks, args.test_nodes, args.test_ticks, args.trees = 16, 700, 12, 700, 50
+    if not 0.0 < args.target_fpr < 0.5:
+        raise cli_args.UsageError("--target-fpr must be in (0, 0.5)")
+    return args
 
 
 def train_anomaly(argv: Sequence[str]) -> int:
     """Entry point wired into ``borgctl train anomaly``; returns an exit code."""
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    if args.quick:
-        args.nodes, args.ticks, args.test_nodes, args.test_ticks, args.trees = 16, 700, 12, 700, 50
-    if not 0.0 < args.target_fpr < 0.5:
-        print("train anomaly: --target-fpr must be in (0, 0.5)", file=sys.stderr)
-        return 2
-    progress = Progress(enabled=not args.quiet)
-    try:
-        path = run(args, progress, command="borgctl train anomaly " + shlex.join(list(argv)))
-    except (FileExistsError, ValueError) as exc:
-        print(f"train anomaly: {exc}", file=sys.stderr)
-        return 2
-    except ParityError as exc:
-        print(f"train anomaly: {exc}", file=sys.stderr)
-        return 1
-    progress(f"wrote {path}")
-    return 0
+    return cli_args.run_trainer(PROG, argv, _args, run)
 
 
 def run(args: argparse.Namespace, progress: Progress, *, command: str) -> Path:

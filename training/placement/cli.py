@@ -8,48 +8,38 @@ directory): ``q_table.json``, ``q_table.onnx``, ``model_card.json``, ``README.md
 from __future__ import annotations
 
 import argparse
-import shlex
 import shutil
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import numpy as np
 import orjson
 
 from simulator.arena.arrivals import TraceTask
 from simulator.arena.learned import CARD_FILE, FEATURE_SETS, ONNX_FILE, TABLE_FILE
-from training.errors import UserFacingError
+from training import cli_args
 from training.placement.train import EpisodeResult, TrainConfig, run_episode, train
 from training.progress import Progress
 
-ROOT: Final = Path(__file__).resolve().parents[2]
+PROG: Final = "borgctl train placement"
 QUICK_EPISODES: Final = 80
 FULL_EPISODES: Final = 300
 VALIDATION_SEEDS: Final = 3
 PARITY_TOL: Final = 1e-5
 
 
-class UsageError(UserFacingError):
-    """Bad command-line arguments."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def build_parser() -> _Parser:
-    p = _Parser(prog="borgctl train placement",
-                description="Q-learning placement in the offline arena on the regime model's training kinds.")
+def build_parser() -> cli_args.Parser:
+    p = cli_args.Parser(prog=PROG,
+                        description="Q-learning placement in the offline arena on the regime model's training kinds.")
     p.add_argument("--out", type=Path, required=True, help="version directory, e.g. models/placement/<version>")
     p.add_argument("--episodes", type=int, default=None,
                    help=f"arena episodes (default {FULL_EPISODES}; {QUICK_EPISODES} with --quick)")
-    p.add_argument("--seed", type=int, default=1, help="exploration and arrival seed")
-    p.add_argument("--quick", action="store_true", help=f"{QUICK_EPISODES} episodes (< 10 min on 2 cores)")
+    cli_args.add_seed(p, 1, "exploration and arrival seed")
+    cli_args.add_quick(p, f"{QUICK_EPISODES} episodes (< 10 min on 2 cores)")
     p.add_argument("--features", choices=FEATURE_SETS, default="extender+pods",
                    help="state: the extender's inputs only, or plus the classes already on the node")
     p.add_argument("--nodes", type=int, default=20, help="arena nodes per episode")
@@ -63,10 +53,10 @@ def build_parser() -> _Parser:
     p.add_argument("--parts", type=int, default=8, help="trace parts trained on, one per episode in turn")
     p.add_argument("--arrivals", choices=("synthetic", "trace"), default="synthetic",
                    help="generated tasks (default) or trace parts --first-part.. (--task-events)")
-    p.add_argument("--regime-model", type=Path, default=ROOT / "models" / "regime",
+    p.add_argument("--regime-model", type=Path, default=cli_args.REPO_ROOT / "models" / "regime",
                    help="regime model root (its CURRENT) or version: its train/held-out kinds split")
-    p.add_argument("--no-set-current", action="store_true", help="do not point <out>/../CURRENT at --out")
-    p.add_argument("-q", "--quiet", action="store_true")
+    cli_args.add_no_set_current(p, "do not point <out>/../CURRENT at --out")
+    cli_args.add_quiet(p, short=True)
     return p
 
 
@@ -147,13 +137,13 @@ def run(args: argparse.Namespace, command: str) -> int:
     progress = Progress(enabled=not args.quiet)
     episodes = args.episodes if args.episodes is not None else (QUICK_EPISODES if args.quick else FULL_EPISODES)
     if episodes < 1 or args.nodes < 1 or args.horizon_s <= 0:
-        raise UsageError("--episodes, --nodes and --horizon-s must be positive")
+        raise cli_args.UsageError("--episodes, --nodes and --horizon-s must be positive")
     regime = load_regime_model(resolve(args.regime_model))
     data = regime.card.get("data", {})
     train_kinds = list(data.get("train_kinds") or [])
     heldout = list(data.get("heldout_kinds") or [])
     if not train_kinds or not heldout:
-        raise UsageError(f"regime model {regime.version} names no train/held-out kinds (data.train_kinds)")
+        raise cli_args.UsageError(f"regime model {regime.version} names no train/held-out kinds (data.train_kinds)")
     cfg = TrainConfig(episodes=episodes, seed=args.seed, features=args.features, nodes=args.nodes,
                       horizon_s=args.horizon_s, util_weight=args.util_weight)
     progress(f"regime model {regime.version}; training kinds {', '.join(train_kinds)}; "
@@ -163,15 +153,15 @@ def run(args: argparse.Namespace, command: str) -> int:
     if args.arrivals == "trace":
         events = args.task_events or google2011_dir() / "task_events"
         if not events.is_dir():
-            raise UsageError(f"task_events directory {events} not found (set BORG_DATA_DIR, --task-events, "
+            raise cli_args.UsageError(f"task_events directory {events} not found (set BORG_DATA_DIR, --task-events, "
                              "or --arrivals synthetic)")
         if args.first_part < 0 or args.parts < 1:
-            raise UsageError("--first-part must be >= 0 and --parts >= 1")
+            raise cli_args.UsageError("--first-part must be >= 0 and --parts >= 1")
         progress(f"reading parts {args.first_part}..{args.first_part + args.parts - 1} of {events}")
         try:
             parts = trace_parts(events, args.first_part, args.parts)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise cli_args.UsageError(str(exc)) from None
         source = (f"Google 2011 task_events parts {args.first_part}-{args.first_part + args.parts - 1} "
                   f"of {events} (one part per episode)")
     started = time.perf_counter()
@@ -220,12 +210,9 @@ def run(args: argparse.Namespace, command: str) -> int:
 
 def train_placement(argv: Sequence[str]) -> int:
     """Entry point wired into ``borgctl train placement``; returns an exit code."""
-    try:
-        args = build_parser().parse_args(list(argv))
-        return run(args, "borgctl train placement " + shlex.join(list(argv)))
-    except UserFacingError as exc:
-        print(f"train placement: {exc}", file=sys.stderr)
-        return 2
+    args = list(argv)
+    command = cli_args.command_line(PROG, args)
+    return cli_args.run_cli("train placement", lambda: run(build_parser().parse_args(args), command), error_prefix="")
 
 
 def main() -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -28,10 +27,11 @@ from featurelib.drift_profile import write_profile
 from featurelib.node.schema import FEATURE_SCHEMA_VERSION, NODE_FEATURE_NAMES, node_feature_schema_hash
 from services.regime.abstention import judge as judge_rules
 from simulator import holdout_split
+from training import cli_args
 from training.drift_reference import regime_profile
 from training.progress import Progress
 from training.regime.alibaba import alibaba_report
-from training.regime.artifacts import INPUT_NAME, ParityError, VersionDir, new_version, write_json
+from training.regime.artifacts import INPUT_NAME, VersionDir, new_version, write_json
 from training.regime.calibrate import OOD_QUANTILE, SELECTIVE_TARGET, calibrate_floor, ood_section, rules_of
 from training.regime.model import (
     FEATURE_SETS,
@@ -51,8 +51,7 @@ REQUIRED_FEATURES = ("ipc_mean_10s", "cache_mpki_mean_10s")
 (counters_missing). LLC, bandwidth and stall groups may be missing: the trees route NaN, and the
 kind-grouped folds measure how well (see the card's calibration)."""
 
-ROOT = Path(__file__).resolve().parents[2]
-
+PROG = "borgctl train regime"
 
 LIMITATIONS = [
     "Trained on a simulator: real PMU behaviour differs. On the Alibaba 2018 excerpt every window lacks "
@@ -71,18 +70,18 @@ LIMITATIONS = [
 
 
 def default_data_dir() -> Path:
-    return Path(os.environ.get("BORG_DATA_DIR", ROOT.parent / "shared" / "data"))
+    return Path(os.environ.get("BORG_DATA_DIR", cli_args.REPO_ROOT.parent / "shared" / "data"))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="borgctl train regime", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=ROOT / "models" / "regime", help="model root (default models/regime)")
-    p.add_argument("--version", help="version name (default: UTC time + tag)")
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    cli_args.add_model_root(p, "regime")
+    cli_args.add_version(p, "version name (default: UTC time + tag)")
     p.add_argument("--nodes", type=int, default=64, help="training cluster size")
     p.add_argument("--ticks", type=int, default=2000, help="training intervals (1 s each)")
     p.add_argument("--test-nodes", type=int, default=32)
     p.add_argument("--test-ticks", type=int, default=1500)
-    p.add_argument("--seed", type=int, default=1)
+    cli_args.add_seed(p, 1)
     p.add_argument("--holdout-seed", type=int, default=7, help="which kinds are held out")
     p.add_argument("--holdout-per-class", type=int, default=1)
     p.add_argument("--trees", type=int, default=40)
@@ -99,9 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alibaba", type=Path, default=None,
                    help="machine_usage.csv (default $BORG_DATA_DIR/alibaba2018/machine_usage.csv when present)")
     p.add_argument("--no-alibaba", action="store_true", help="skip the Alibaba report")
-    p.add_argument("--no-set-current", action="store_true", help="do not repoint <out>/CURRENT")
-    p.add_argument("--quick", action="store_true", help="small sizes (tests, smoke runs)")
-    p.add_argument("-q", "--quiet", action="store_true")
+    cli_args.add_no_set_current(p, "do not repoint <out>/CURRENT")
+    cli_args.add_quick(p, "small sizes (tests, smoke runs)")
+    cli_args.add_quiet(p, short=True)
     return p
 
 
@@ -122,21 +121,7 @@ def _args(argv: Sequence[str]) -> argparse.Namespace:
 
 def train_regime(argv: Sequence[str]) -> int:
     """Entry point wired into ``borgctl train regime``; returns an exit code."""
-    try:
-        args = _args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    progress = Progress(enabled=not args.quiet)
-    try:
-        path = run(args, progress, command="borgctl train regime " + shlex.join(list(argv)))
-    except (FileExistsError, ValueError) as exc:
-        print(f"train regime: {exc}", file=sys.stderr)
-        return 2
-    except ParityError as exc:
-        print(f"train regime: {exc}", file=sys.stderr)
-        return 1
-    progress(f"wrote {path}")
-    return 0
+    return cli_args.run_trainer(PROG, argv, _args, run)
 
 
 def run(args: argparse.Namespace, progress: Progress, *, command: str) -> Path:
