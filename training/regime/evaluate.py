@@ -17,7 +17,6 @@ so the coverage measured here is the coverage served. Two sources:
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -32,6 +31,8 @@ from loadtests.bench_format import machine
 from services.regime import abstention
 from services.regime.model import RegimeModel, load_regime_model
 from services.runtime.model_watch import ModelRefusedError, resolve
+from training.cli_args import Parser, UsageError, add_quick, add_quiet, add_seed, command_line, run_cli
+from training.errors import UserFacingError
 from training.progress import Progress
 from training.regime.artifacts import CARD_FILE, write_json
 from training.regime.selective import risk_coverage, selective_metrics
@@ -44,18 +45,18 @@ HARD = abstention.COUNTERS_MISSING | abstention.OUT_OF_DISTRIBUTION
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="borgctl eval regime", description=__doc__.splitlines()[0])
+    p = Parser(prog="borgctl eval regime", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="result JSON (bench format); the PNG goes beside it")
     p.add_argument("--model", type=Path, default=ROOT / "models" / "regime",
                    help="model root (its CURRENT) or a version directory (default models/regime)")
-    p.add_argument("--seed", type=int, default=7, help="simulator seed of the evaluation cluster")
+    add_seed(p, 7, help="simulator seed of the evaluation cluster")
     p.add_argument("--nodes", type=int, default=32)
     p.add_argument("--ticks", type=int, default=1500, help="intervals of 1 s (10 s windows)")
-    p.add_argument("--quick", action="store_true", help="small cluster (seconds): 12 nodes x 600 ticks")
+    add_quick(p, help="small cluster (seconds): 12 nodes x 600 ticks")
     p.add_argument("--alibaba", type=Path, default=None,
                    help="judge the Alibaba 2018 machine_usage.csv instead of a simulated cluster (no labels)")
     p.add_argument("--record", action="store_true", help="store the summary in the model card (evaluation)")
-    p.add_argument("-q", "--quiet", action="store_true")
+    add_quiet(p, short=True)
     return p
 
 
@@ -244,20 +245,16 @@ def _run_alibaba(args: argparse.Namespace, model: RegimeModel, version_dir: Path
 
 
 def eval_regime(argv: Sequence[str]) -> int:
-    """Entry point wired into ``borgctl eval regime``; returns an exit code."""
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    if args.nodes <= 0 or args.ticks <= 0:
-        print("eval regime: --nodes and --ticks must be positive", file=sys.stderr)
-        return 2
-    progress = Progress(enabled=not args.quiet)
-    try:
-        return run(args, progress, "borgctl eval regime " + shlex.join(list(argv)))
-    except ModelRefusedError as exc:
-        print(f"eval regime: {exc}", file=sys.stderr)
-        return 2
+    """Entry point wired into ``borgctl eval regime``; returns an exit code (as every training CLI: ``run_cli``)."""
+    args_list = list(argv)
+
+    def body() -> int:
+        args = build_parser().parse_args(args_list)
+        if args.nodes <= 0 or args.ticks <= 0:
+            raise UsageError("--nodes and --ticks must be positive")
+        return run(args, Progress(enabled=not args.quiet), command_line("borgctl eval regime", args_list))
+
+    return run_cli("eval regime", body, error_prefix="", user_errors=(UserFacingError, ModelRefusedError))
 
 
 def main() -> int:
