@@ -246,7 +246,8 @@ def rollout_lines(kind_root: Path) -> list[str]:
     for record in _shadow(kind_root, state):
         age = (now - int(record.get("ts_ms", now))) / 1000
         metrics = ", ".join(f"{m} {_fmt(record.get(m + '_current'))} → {_fmt(record.get(m + '_candidate'))}"
-                            for m in ("accuracy", "coverage") if m + "_current" in record)
+                            for m in ("matched_accuracy", "correct", "coverage", "accuracy")
+                            if m + "_current" in record)
         lines.append(f"      shadow [{record['instance']}, {age:.0f} s ago]: agreement {_fmt(record.get('agreement'))}"
                      f" over {record.get('compared', 0)} windows, labelled {record.get('labelled', 0)}"
                      + (f"; {metrics}" if metrics else ""))

@@ -523,3 +523,37 @@ class DriftReport(Contract):
         default=None, description="concept drift from delayed labels (failure model); None: not checked")
     concept: Annotated[list[ConceptDrift], Field(max_length=8)] = Field(
         default_factory=list, description="online accuracy per horizon on matured labels (failure model)")
+
+
+RolloutStatus = Literal["shadow", "running", "paused", "rolled_back", "promoted"]
+
+
+class RolloutEvent(Contract):
+    """rollouts.v1: a model rollout's state, each time a model stage moved it or saw it move.
+
+    ``origin`` ``judged``: the stage judged its shadow comparison and made the transition (a step,
+    the promotion, a rollback; ``reason`` says why). ``observed``: the stage found a state it had not
+    seen in ``ROLLOUT.json`` (``borgctl model …`` of an operator, or another replica's transition).
+    The file stays the rollout's state; this topic is its record for the dashboard and other
+    readers (docs/rollout.md).
+    """
+
+    model: Name = Field(description="which model: regime, risk")
+    ts_ms: TimestampMs
+    rollout_id: NonNegInt = Field(description="the rollout's start (ms), ROLLOUT.json started_ms")
+    candidate: Name
+    baseline: Name | None = None
+    status: RolloutStatus
+    previous_status: RolloutStatus | None = Field(
+        default=None, description="before this transition; None: the stage's first sight of the rollout")
+    step: Annotated[int, Field(ge=1, le=16)] = Field(description="1-based step (meaningless for shadow)")
+    steps: Annotated[int, Field(ge=1, le=16)]
+    fraction: Probability = Field(description="share of nodes the candidate answers for now")
+    reason: Annotated[str, Field(max_length=1000)] = ""
+    origin: Literal["judged", "observed"]
+    reporter: Name = Field(description="the stage instance that wrote this")
+    compared: NonNegInt = Field(default=0, description="windows/tasks both models scored since the rollout began")
+    labelled: NonNegInt = Field(default=0, description="of which had a label (online metrics)")
+    metrics: Annotated[dict[Annotated[str, Field(max_length=64)], float], Field(max_length=32)] = Field(
+        default_factory=dict, description="the shadow comparison then: agreement, <metric>_current, "
+                                          "<metric>_candidate (e.g. matched_accuracy, correct, coverage)")

@@ -23,6 +23,7 @@ from contracts.models import (
     Proposal,
     RegimeLabel,
     RegimeLabelV2,
+    RolloutEvent,
     TaskEvent,
 )
 
@@ -50,6 +51,7 @@ class Topic:
     ACTIONS: Final = "actions.v1"
     CAPABILITIES: Final = "capabilities.v1"
     DRIFT: Final = "drift.v1"
+    ROLLOUTS: Final = "rollouts.v1"
     DEADLETTER_V1: Final = "deadletter.v1"
     DEADLETTER: Final = "deadletter.v2"
 
@@ -106,6 +108,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(name=Topic.ACTIONS, key="target", model=ActionResult, partitions=3),
     TopicSpec(name=Topic.CAPABILITIES, key="cluster", model=ClusterCapabilities, partitions=1, compacted=True),
     TopicSpec(name=Topic.DRIFT, key="model", model=DriftReport, partitions=1, retention_ms=7 * 24 * 3600 * 1000),
+    TopicSpec(name=Topic.ROLLOUTS, key="model", model=RolloutEvent, partitions=1, retention_ms=30 * 24 * 3600 * 1000),
     TopicSpec(
         name=Topic.DEADLETTER_V1, key="source topic", model=DeadLetter, partitions=1, retention_ms=7 * 24 * 3600 * 1000
     ),

@@ -49,7 +49,7 @@ import numpy as np
 import orjson
 
 from contracts import FeatureVector
-from contracts.models import DriftReport
+from contracts.models import DriftReport, RolloutEvent
 from contracts.topics import Topic
 from featurelib.node.samples import sample_from_dict
 from featurelib.node.schema import as_model_input, node_feature_schema_hash
@@ -143,10 +143,12 @@ def labels_of(vectors: Sequence[FeatureVector], truth: Sequence[dict[str, Any]])
     return out
 
 
-def score(version_dir: Path, vectors: Sequence[FeatureVector], labels: Sequence[str]) -> dict[str, float]:
-    """Raw answers (abstention = ``unknown``) of one model version on labelled windows."""
+def score(version_dir: Path, vectors: Sequence[FeatureVector], labels: Sequence[str]) -> dict[str, Any]:
+    """Raw answers (abstention = ``unknown``) of one model version on labelled windows (``answers``: per
+    window, for the matched-coverage comparison)."""
     from services.regime.model import load_regime_model
     from services.regime.shadow import answers
+    from services.runtime.selective import Answers
 
     model = load_regime_model(version_dir)
     x = np.stack([as_model_input(v.values, v.valid) for v in vectors])
@@ -157,7 +159,16 @@ def score(version_dir: Path, vectors: Sequence[FeatureVector], labels: Sequence[
     correct = int((said[answered] == truth[answered]).sum())
     n, k = len(labels), int(answered.sum())
     return {"windows": n, "answered": k, "correct": correct, "accuracy": correct / n if n else math.nan,
-            "coverage": k / n if n else math.nan, "accuracy_answered": correct / k if k else math.nan}
+            "coverage": k / n if n else math.nan, "accuracy_answered": correct / k if k else math.nan,
+            "answers": Answers(answered, answered & (said == truth), probs.max(axis=1).astype(np.float64))}
+
+
+def matched_scores(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """The stage's rule offline: accuracy of both versions at the narrower one's coverage."""
+    from services.runtime.selective import matched
+
+    cur, cand, n = matched(before.pop("answers"), after.pop("answers"))
+    return {"matched_windows": n, "accuracy_current": cur, "accuracy_candidate": cand}
 
 
 def model_root(dest: Path) -> tuple[Path, str]:
@@ -239,11 +250,12 @@ class Feed:
 
 @dataclass
 class DriftWatch:
-    """Every drift.v1 report of the run (a consumer from the beginning, no group)."""
+    """Every drift.v1 report and rollouts.v1 record of the run (a consumer from the beginning, no group)."""
 
     bootstrap: str
     prefix: str
     reports: list[DriftReport] = field(default_factory=list)
+    rollouts: list[RolloutEvent] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
@@ -253,14 +265,18 @@ class DriftWatch:
         from contracts.topics import DRIFT_TOPIC
         from services.runtime.kafka_security import kafka_client_options
 
-        consumer = AIOKafkaConsumer(self.prefix + DRIFT_TOPIC, bootstrap_servers=self.bootstrap, group_id=None,
-                                    auto_offset_reset="earliest", enable_auto_commit=False, **kafka_client_options())
+        consumer = AIOKafkaConsumer(self.prefix + DRIFT_TOPIC, self.prefix + Topic.ROLLOUTS,
+                                    bootstrap_servers=self.bootstrap, group_id=None, auto_offset_reset="earliest",
+                                    enable_auto_commit=False, **kafka_client_options())
         await consumer.start()
         try:
             while True:
                 batch = await consumer.getmany(timeout_ms=300)
-                for msgs in batch.values():
-                    self.reports.extend(decode(DriftReport, m.value) for m in msgs if m.value is not None)
+                for tp, msgs in batch.items():
+                    if tp.topic.endswith(Topic.ROLLOUTS):
+                        self.rollouts.extend(decode(RolloutEvent, m.value) for m in msgs if m.value is not None)
+                    else:
+                        self.reports.extend(decode(DriftReport, m.value) for m in msgs if m.value is not None)
         finally:
             await consumer.stop()
 
@@ -435,14 +451,24 @@ async def run(plan: Plan, out: Path, bootstrap: str, say: Any) -> dict[str, Any]
         xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
         result["before"] = score(root / served, xs, ys)
         result["after"] = score(root / candidate, xs, ys)
+        result["matched_coverage"] = matched_scores(result["before"], result["after"])
+        m = result["matched_coverage"]
         say(f"new kinds, {len(xs)} later windows: accuracy {result['before']['accuracy']:.3f} ({served}) -> "
-            f"{result['after']['accuracy']:.3f} ({candidate})")
+            f"{result['after']['accuracy']:.3f} ({candidate}); at matched coverage {m['accuracy_current']:.3f} -> "
+            f"{m['accuracy_candidate']:.3f} over {m['matched_windows']} answers")
 
         rollouts: dict[str, dict[str, Any]] = {}
         rollouts["good"] = await roll_out(root, candidate, plan, feed, rec, pipeline, 180, say)
         make_bad(root, (root / "CURRENT").read_text().strip())
         rollouts["bad"] = await roll_out(root, BAD, plan, feed, rec, pipeline, 180, say)
         result["rollouts"] = rollouts
+        # the stage's record of both rollouts on rollouts.v1 (published right after the poll that decided)
+        with contextlib.suppress(TimeoutError):
+            await wait_for(lambda: any(e.candidate == BAD and e.status in ("rolled_back", "promoted")
+                                       for e in watch.rollouts), 15, "rollouts.v1 record of the bad candidate")
+        result["rollout_events"] = [{"candidate": e.candidate, "origin": e.origin, "status": e.status,
+                                     "step": e.step, "fraction": e.fraction, "reason": e.reason}
+                                    for e in watch.rollouts]
         result["current_after"] = (root / "CURRENT").read_text().strip()
         good, bad = rollouts["good"], rollouts["bad"]
         result["good_candidate_promoted"] = int(good["status"] == "promoted" and result["current_after"] != served

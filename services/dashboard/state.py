@@ -23,6 +23,7 @@ from contracts.models import (
     FailureRiskV2,
     LoadForecast,
     RegimeLabelV2,
+    RolloutEvent,
 )
 from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.dashboard.clusters import ClusterBoard
@@ -31,6 +32,7 @@ from services.dashboard.drift import DriftBoard
 from services.dashboard.load import LoadBoard
 from services.dashboard.nodes import NodeBoard
 from services.dashboard.pipeline import PipelineHealth
+from services.dashboard.rollouts import RolloutBoard
 
 JsonDict = dict[str, Any]
 
@@ -45,6 +47,7 @@ CONSUMED_TOPICS: tuple[str, ...] = (
     Topic.DEADLETTER,
     FORECASTS_TOPIC,
     DRIFT_TOPIC,
+    Topic.ROLLOUTS,
 )
 ACTUAL_LOAD_TOPIC = Topic.FEATURES
 """Read only for the actual utilisation beside the forecast (``DASHBOARD_READ_FEATURES``): the one
@@ -81,6 +84,7 @@ class DashboardState:
         )
         self.load = LoadBoard(keep_ms=config.load_keep_ms)
         self.drift = DriftBoard(history_points=config.drift_history_points)
+        self.rollouts = RolloutBoard()
         self.ignored = 0  # valid messages with nothing to show (task-level risk)
 
     def _bump(self) -> int:
@@ -112,6 +116,8 @@ class DashboardState:
             self.load.add_forecast(value, v)
         elif isinstance(value, DriftReport):
             self.drift.add(value, v)
+        elif isinstance(value, RolloutEvent):
+            self.rollouts.add(value, v)
         else:
             self.ignored += 1
 
@@ -195,12 +201,16 @@ class DashboardState:
                 "forecast_unknown": self.load.unknown_count(),
                 "drift_models": len(self.drift),
                 "drifting_models": self.drift.drifting(),
+                "rollout_models": len(self.rollouts),
+                "active_rollouts": self.rollouts.active(),
             },
         }
         if since is None or self.load.version > since:
             out["load_summary"] = self.load.summary()
         if since is None or self.drift.version > since:
             out["drift"] = self.drift.view()
+        if since is None or self.rollouts.version > since:
+            out["rollouts"] = self.rollouts.view()
         if since is None or max(self.clusters.version, self.decisions.intent_version) > since:
             out["cluster"] = self.clusters.view(self.decisions.intents)
         if full:

@@ -38,6 +38,8 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
 
 @dataclass
 class RiskShadowStats:
+    labels_expected: bool = False
+    """Failure outcomes are not joined here: steps advance on compared tasks (agreement-only rollouts)."""
     compared: int = 0
     close: int = 0
     failed: int = 0
@@ -65,7 +67,8 @@ class RiskShadowStats:
 
     def comparisons(self) -> list[Comparison]:
         scored = self.compared + self.failed
-        return [Comparison("completion", 1.0, self.compared / scored, scored, margin=0.01)] if scored else []
+        return [Comparison("completion", 1.0, self.compared / scored, scored, margin=0.01, labelled=False)] \
+            if scored else []
 
     def summary(self) -> dict[str, Any]:
         return {"compared": self.compared, "agreement": self.agreement(), "candidate_failed": self.failed,

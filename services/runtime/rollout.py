@@ -126,6 +126,9 @@ class Comparison:
     higher_is_better: bool = True
     margin: float | None = None
     """This metric's own margin (None: the rollout's)."""
+    labelled: bool = True
+    """Measured against labels (False: ``completion``, agreement-like figures), so it says nothing about
+    whether labels have arrived."""
 
     def worse_by(self) -> float:
         """How much worse the candidate is (negative: better)."""
@@ -143,27 +146,33 @@ class Judgement:
 
 
 def judge(comparisons: list[Comparison], agreement: float | None, compared: int, *, margin: float,
-          min_samples: int, min_agreement: float = 0.0) -> Judgement:
+          min_samples: int, min_agreement: float = 0.0, labels_expected: bool = False) -> Judgement:
     """Rollback rule: a metric (with ``min_samples``) worse by more than its margin (``margin`` unless the
     comparison has its own), or agreement below the floor.
 
-    Ready to advance: every metric that has labels is judged on ``min_samples``, or, with no
-    labelled metric at all, ``min_samples`` windows were compared.
+    Ready to advance: every labelled metric that has samples is judged on ``min_samples``. With no
+    labelled sample yet: when labels are expected (the stage has a truth source) never — compared
+    windows alone once moved a step with nothing labelled —, otherwise (agreement-only rollouts)
+    ``min_samples`` windows were compared.
     """
     details: dict[str, float] = {}
     for c in comparisons:
         details[f"{c.name}_current"], details[f"{c.name}_candidate"] = c.current, c.candidate
         allowed = margin if c.margin is None else c.margin
         if c.samples >= min_samples and c.worse_by() > allowed:
+            over = "labelled windows" if c.labelled else "samples"
             return Judgement(f"candidate {c.name} {c.candidate:.3f} vs current {c.current:.3f}: worse by more than "
-                             f"the margin {allowed:g} over {c.samples} labelled windows", False, details)
+                             f"the margin {allowed:g} over {c.samples} {over}", False, details)
     if agreement is not None:
         details["agreement"] = agreement
         if min_agreement > 0 and compared >= min_samples and agreement < min_agreement:
             return Judgement(f"agreement with the current model {agreement:.3f} < {min_agreement:g} over {compared} "
                              "windows", False, details)
-    labelled = [c for c in comparisons if c.samples > 0]
-    ready = all(c.samples >= min_samples for c in labelled) if labelled else compared >= min_samples
+    labelled = [c for c in comparisons if c.labelled and c.samples > 0]
+    if labelled:
+        ready = all(c.samples >= min_samples for c in labelled)
+    else:
+        ready = not labels_expected and compared >= min_samples
     return Judgement(None, ready, details)
 
 

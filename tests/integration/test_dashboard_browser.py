@@ -25,8 +25,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from contracts.models import DriftReport, FeatureDrift, FeatureVector, LoadForecast, LoadQuantiles
-from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC
+from contracts.models import DriftReport, FeatureDrift, FeatureVector, LoadForecast, LoadQuantiles, RolloutEvent
+from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, Topic
 from featurelib.node.schema import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
 from services.runtime.producer import Producer
 from tests.conftest import ROOT, wait_until
@@ -231,6 +231,13 @@ async def produce_load_and_drift(bootstrap: str, prefix: str) -> None:
         if "concept" in DriftReport.model_fields:  # concept drift, when drift.v1 carries it: drawn generically
             failure["concept"] = [{"horizon_s": 300, "status": "insufficient_data", "labels": 3, "positives": 1}]
         await producer.send(DRIFT_TOPIC, "failure", DriftReport.model_validate(failure))
+        for status, step, reason in (("running", 1, ""), ("rolled_back", 2, "candidate matched_accuracy 0.412 vs "
+                                                          "current 0.903: worse by more than the margin 0.05")):
+            await producer.send(Topic.ROLLOUTS, "regime", RolloutEvent(
+                model="regime", ts_ms=now - (2 - step) * 1000, rollout_id=now - 5000, candidate="v-cand",
+                baseline="v-test", status=status, step=step, steps=3, fraction=0.5 if step == 2 else 0.1,  # type: ignore[arg-type]
+                reason=reason, origin="judged", reporter="regime-0", compared=900, labelled=800,
+                metrics={"matched_accuracy_current": 0.903, "matched_accuracy_candidate": 0.412}))
         await producer.flush()
     finally:
         await producer.stop()
@@ -397,6 +404,17 @@ async def test_dashboard_in_headless_chromium(kafka_bootstrap: str, topic_prefix
         assert drift["count"] == "2 models · 1 drifting", drift
         if "concept" in DriftReport.model_fields:
             assert "300" in drift["concept"] and "3" in drift["concept"], drift
+        # rollouts per model: version, fraction, status, last reason (rollouts.v1)
+        ro = await page.wait_for(
+            """(() => { const m = document.querySelector('#rollouts .rollout-model[data-model="regime"]');
+                        return m && {status: m.dataset.status, text: m.textContent,
+                                     moves: m.querySelectorAll('tbody tr').length,
+                                     count: document.getElementById('rollouts-count').textContent}; })()""",
+            what="rollouts panel",
+        )
+        assert ro["status"] == "rolled_back" and "v-cand" in ro["text"] and "50%" in ro["text"], ro
+        assert "matched_accuracy 0.412" in ro["text"] and ro["moves"] == 2, ro
+        assert ro["count"] == "1 models · 0 under way", ro
         await page.eval("document.getElementById('load-panel').scrollIntoView()")
         shot = await page.call("Page.captureScreenshot", format="png")
         LOAD_ARTIFACT.parent.mkdir(parents=True, exist_ok=True)

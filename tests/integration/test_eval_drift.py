@@ -3,9 +3,10 @@
 The command is run as an operator runs it (a subprocess, ``KAFKA_BOOTSTRAP`` = the test broker):
 64 simulated nodes, half of them switch to held-out workload kinds at 400 s of 1 Hz traffic; drift.v1
 must notice within 10 minutes of traffic, the candidate retrained from the recorded features.v1
-must be promoted by the regime stage's progressive rollout (its online metrics not worse), and a
-bad candidate (regime names reversed) must be rolled back before 100 %. The bench file's figures
-are checked, not just the exit code; the run's scratch topics must be gone afterwards.
+must be promoted by the regime stage's progressive rollout (not worse at matched coverage, right on
+more windows), and a bad candidate (regime names reversed) must be rolled back before 100 %. The
+bench file's figures are checked, not just the exit code; the run's scratch topics must be gone
+afterwards.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ async def test_eval_drift_quick_detects_retrains_promotes_and_rolls_back(kafka_b
         stdout, _ = proc.communicate(timeout=60)
         pytest.fail(f"eval drift --quick still running after 400 s:\n{stdout[-3000:]}")
     print(stdout[-3000:])
-    assert proc.returncode in (0, 1), stdout[-5000:]
+    assert proc.returncode == 0, stdout[-5000:]
     doc = orjson.loads((out / "drift.json").read_bytes())
     rows = {r["metric"]: r for r in doc["results"]}
     assert {r["bench"] for r in doc["results"]} == {"drift"}
@@ -50,19 +51,22 @@ async def test_eval_drift_quick_detects_retrains_promotes_and_rolls_back(kafka_b
     details = orjson.loads((out / "drift_details.json").read_bytes())
     assert details["false_alarms_before_shift"] == 0
     good, bad = details["rollouts"]["good"], details["rollouts"]["bad"]
-    assert bad["status"] == "rolled_back" and bad["step"] < bad["steps"] and "accuracy" in bad["reason"]
-    # The retrained candidate is right on far more of the new kinds' windows (accuracy_after above), but the
-    # stage judges accuracy *when answering* and the candidate answers ~3x as often: in quick runs it has been
-    # 0.02 below to 0.06 below the current model there, so the stage promotes it in most runs and rolls it
-    # back in some (docs/drift.md, "The drift scenario"). Either way the stage decided, said why, and the
-    # command's exit code and flag say which.
-    if rows["good_candidate_promoted"]["value"] == 1:
-        assert proc.returncode == 0
-        assert [e["step"] for e in good["events"] if e["status"] == "running"] == [1, 2, 3]
-        assert details["current_after"] == "drift-retrained"
-    else:
-        assert proc.returncode == 1
-        assert good["status"] == "rolled_back" and "accuracy" in good["reason"], good
-        assert details["current_after"] != "drift-retrained"
+    assert bad["status"] == "rolled_back" and bad["step"] < bad["steps"], bad
+    assert "matched_accuracy" in bad["reason"] or "correct" in bad["reason"], bad["reason"]
+    # The retrained candidate answers ~2.5x as often as the current model and was 0.02-0.06 below it in accuracy
+    # *when answering*, which once rolled it back; the stage now judges both at matched coverage (the candidate's
+    # most confident answers, as many as the current gave) and by correct answers overall (docs/rollout.md), and
+    # promotes it: every step, the shadow figures at promotion saying why.
+    assert rows["good_candidate_promoted"]["value"] == 1, good
+    assert [e["step"] for e in good["events"] if e["status"] == "running"] == [1, 2, 3]
+    assert details["current_after"] == "drift-retrained"
+    shadow = good["events"][-1]["shadow"]
+    assert shadow["matched_accuracy_candidate"] >= shadow["matched_accuracy_current"] - 0.05, shadow
+    assert shadow["correct_candidate"] > shadow["correct_current"], shadow
+    # and the stage said so on rollouts.v1
+    judged = [(e["candidate"], e["status"], e["step"]) for e in details["rollout_events"] if e["origin"] == "judged"]
+    assert judged[:3] == [("drift-retrained", "running", 2), ("drift-retrained", "running", 3),
+                          ("drift-retrained", "promoted", 3)], judged
+    assert judged[-1] == ("bad-permuted", "rolled_back", bad["step"]), judged
     assert (out / "drift_timeline.png").stat().st_size > 10_000
     assert not {t for t in await broker_topics(kafka_bootstrap) if t.startswith(details["prefix"])}

@@ -20,9 +20,9 @@ import orjson
 import pytest
 
 from borgctl import model as model_cli
-from contracts import FeatureVector
-from contracts.models import REGIMES
-from contracts.topics import REGIMES_TOPIC
+from contracts import FeatureVector, decode
+from contracts.models import REGIMES, RolloutEvent
+from contracts.topics import REGIMES_TOPIC, Topic
 from featurelib.node.schema import node_feature_schema_hash
 from services.runtime import rollout
 from services.runtime.rollout_watch import HEADER
@@ -110,21 +110,32 @@ async def test_good_candidate_reaches_all_nodes_and_bad_one_is_rolled_back(kafka
         assert steps == [("running", 1), ("running", 2), ("running", 3), ("promoted", 3)], steps
         shadow = rollout.read_events(root)[-1]["shadow"]
         print(f"\ngood candidate: {shadow}")
-        assert shadow["labelled"] >= 100 and shadow["accuracy_candidate"] >= shadow["accuracy_current"] - 0.1
+        assert shadow["labelled"] >= 100
+        assert shadow["matched_accuracy_candidate"] >= shadow["matched_accuracy_current"] - 0.1
 
         model_cli.start(root, BAD, progressive=True, dwell_s=DWELL_S)
         bad = await drive(traffic, kafka_bootstrap, topic_prefix, root, until={"promoted", "rolled_back"},
                           timeout=20)
         assert bad.status == "rolled_back", bad
         assert bad.fraction == 0.0 and bad.step + 1 < len(bad.steps), "rolled back before 100 %"
-        assert "accuracy" in bad.reason, bad.reason
+        assert "matched_accuracy" in bad.reason, bad.reason
         assert rollout.current_version(root) == GOOD
         print(f"bad candidate rolled back at step {bad.step + 1}: {bad.reason}")
 
-        # outputs name the model that answered and, during the rollout, the step
-        async with collector(kafka_bootstrap, topic_prefix, [REGIMES_TOPIC]) as (got, poll_until):
-            await poll_until(lambda g: len(g.records[REGIMES_TOPIC]) >= traffic.passes * len(traffic.windows) // 2,
-                             20, "regimes.v2 of the traffic")
+        # outputs name the model that answered and, during the rollout, the step; rollouts.v1 has every move
+        async with collector(kafka_bootstrap, topic_prefix, [REGIMES_TOPIC, Topic.ROLLOUTS]) as (got, poll_until):
+            await poll_until(lambda g: len(g.records[REGIMES_TOPIC]) >= traffic.passes * len(traffic.windows) // 2
+                             and any(decode(RolloutEvent, r.value).status == "rolled_back"
+                                     for r in g.records[Topic.ROLLOUTS]), 20, "regimes.v2 of the traffic, rollouts.v1")
+        events = [decode(RolloutEvent, r.value) for r in got.records[Topic.ROLLOUTS]]
+        moves = [(e.candidate, e.origin, e.status, e.step) for e in events]
+        assert moves[:5] == [(GOOD, "observed", "running", 1), (GOOD, "judged", "running", 2),
+                             (GOOD, "judged", "running", 3), (GOOD, "judged", "promoted", 3),
+                             (BAD, "observed", "running", 1)], moves
+        assert moves[-1][:3] == (BAD, "judged", "rolled_back") and moves[-1][3] == bad.step + 1, moves
+        assert {r.key for r in got.records[Topic.ROLLOUTS]} == {b"regime"}
+        assert "matched_accuracy" in events[-1].reason and events[-1].labelled >= 100, events[-1]
+        assert events[-1].metrics["matched_accuracy_candidate"] < events[-1].metrics["matched_accuracy_current"]
         records = got.records[REGIMES_TOPIC]
         versions = {orjson.loads(r.value)["model_version"] for r in records}
         assert {CURRENT, GOOD} <= versions, versions

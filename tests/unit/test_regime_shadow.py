@@ -38,18 +38,28 @@ def test_truth_tail_labels_a_window_by_the_majority_of_its_pane_and_waits_for_wh
     assert tail.poll() == 1 and tail.label("n9", 5) == "core" and tail.label("n1", 45_000) is None
 
 
-def test_stats_count_agreement_accuracy_and_coverage_by_name() -> None:
+def test_stats_count_agreement_and_compare_at_matched_coverage_by_name() -> None:
     stats = RegimeShadowStats()
     cur = np.array(["llc", "core", "unknown", "none"], dtype=object)
     cand = np.array(["llc", "membw", "unknown", "unknown"], dtype=object)
-    stats.observe(cur, cand, ["llc", "core", "none", None])
-    assert stats.agreement() == 0.5
-    done, acc, cov = stats.comparisons()
-    assert (done.current, done.candidate, done.samples) == (1.0, 1.0, 4)
-    assert (acc.current, acc.candidate, acc.samples) == (1.0, 0.5, 2)
+    stats.observe(cur, cand, ["llc", "core", "none", None], np.array([0.9, 0.8, 0.3, 0.7]),
+                  np.array([0.6, 0.95, 0.2, 0.1]))
+    assert stats.agreement() == 0.5 and stats.labelled == 3
+    done, acc, correct, cov = stats.comparisons()
+    assert (done.current, done.candidate, done.samples, done.labelled) == (1.0, 1.0, 4, False)
+    # both answered 2 labelled windows: the whole of each; the candidate's membw on a core window is wrong
+    assert (acc.name, acc.current, acc.candidate, acc.samples) == ("matched_accuracy", 1.0, 0.5, 2)
+    assert (correct.current, correct.candidate, correct.samples) == (2 / 3, 1 / 3, 3)
     assert (cov.current, cov.candidate, cov.samples) == (2 / 3, 2 / 3, 3)
+    # a broader current model is cut to its most confident answers: core (0.8) drops, llc (0.9) stays
+    stats.observe(np.array(["core"], dtype=object), np.array(["unknown"], dtype=object), ["membw"],
+                  np.array([0.99]), np.array([0.1]))
+    acc = stats.comparisons()[1]
+    assert (acc.current, acc.candidate, acc.samples) == (0.5, 0.5, 2), "0.99 (wrong) and 0.9 (right) of the current"
+    summary = stats.summary()
+    assert summary["accuracy_current"] == 2 / 3 and summary["matched_accuracy_samples"] == 2
     stats.reset()
-    assert stats.agreement() is None and stats.comparisons() == []
+    assert stats.agreement() is None and stats.comparisons() == [] and stats.labelled == 0
 
 
 def batch(model_dir: Path, n_nodes: int = 30) -> tuple[ScoredBatch, list[str]]:  # type: ignore[type-arg]

@@ -97,6 +97,7 @@ def test_state_round_trips_and_bad_files_mean_no_rollout(tmp_path: Path) -> None
 class Stats:
     def __init__(self) -> None:
         self.compared = 0
+        self.labels_expected = False
         self.current, self.candidate, self.samples = 0.9, 0.9, 0
 
     def reset(self) -> None:
@@ -152,6 +153,14 @@ def test_watcher_steps_a_good_candidate_to_current(tmp_path: Path) -> None:
     assert rollout.current_version(root) == "v2" and promoted == ["reloaded"] and w.live is None
     assert (root / "CURRENT.history").read_text() == "v1\n"
     assert [e["status"] for e in rollout.read_events(root)] == ["running", "running", "running", "promoted"]
+    # the rollouts.v1 records waiting to be published: what the stage saw, then what it did
+    moves = [(e.origin, e.previous_status, e.status, e.step, e.fraction) for e in w.events]
+    assert moves == [("observed", None, "running", 1, 0.1), ("judged", "running", "running", 2, 0.5),
+                     ("judged", "running", "running", 3, 1.0), ("judged", "running", "promoted", 3, 1.0)], moves
+    assert {(e.model, e.candidate, e.baseline, e.rollout_id) for e in w.events} == {("regime", "v2", "v1", t0)}
+    assert w.events[-1].compared == 50 and w.events[-1].reason == "every step passed"
+    w.check(t0 + 99_000)
+    assert len(w.events) == 4, "a state already published is not published again"
     assert (root / f"{rollout.SHADOW_PREFIX}{socket.gethostname()}.json").is_file()
     out = "\n".join(status_lines(tmp_path))
     assert "rollout of v2 (baseline v1): promoted, step 3/3" in out and "agreement 1.000 over 50 windows" in out, out
@@ -167,6 +176,9 @@ def test_watcher_rolls_back_a_worse_candidate_and_keeps_an_operators_change(tmp_
     w.check()
     after = rollout.read_state(root)
     assert after is not None and after.status == "rolled_back" and "accuracy" in after.reason
+    last = w.events[-1]
+    assert (last.origin, last.status, last.previous_status, last.step) == ("judged", "rolled_back", "running", 1)
+    assert last.reason == after.reason and last.metrics == {}
     assert w.live is None and rollout.current_version(root) == "v1"
     # rolled back once, it stays so in this process even if the file said otherwise (read-only root)
     rollout.write_state(root, replace(after, status="running"))
@@ -182,6 +194,9 @@ def test_watcher_rolls_back_a_worse_candidate_and_keeps_an_operators_change(tmp_
     assert borgctl(["model", "--models", str(tmp_path), "pause", "regime"]) == 0
     w._transition(s, rollout.advance(s, s.step_started_ms + 5_000, Judgement(None, True)), 0)
     assert rollout.read_state(root).status == "paused"  # type: ignore[union-attr]
+    assert w.events[-1].status == "running", "a step the file no longer allowed is no event"
+    w.check()
+    assert (w.events[-1].origin, w.events[-1].status) == ("observed", "paused"), "the operator's pause is"
     # a candidate the stage cannot load is rolled back with the loader's reason
     (root / rollout.STATE_FILE).unlink()
     start(root, "refused", progressive=True, dwell_s=1.0)
@@ -213,3 +228,54 @@ def test_operator_commands_mid_rollout(tmp_path: Path, capsys: pytest.CaptureFix
     assert borgctl([*models, "promote", "regime", "v2", "--progressive"]) == 2, "already served"
     assert [e["status"] for e in rollout.read_events(root)] == [
         "shadow", "running", "paused", "running", "rolled_back", "running", "promoted"]
+
+
+async def test_events_wait_for_the_broker_and_are_published_once(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.regime.settings import RegimeSettings
+    from services.runtime import rollout_watch
+
+    sent: list[tuple[str, str]] = []
+    broker_up = False
+
+    class FakeSink:  # the runtime's Sink as far as the watcher uses it
+        def __init__(self, **kw: Any) -> None:
+            assert kw["service"] == "regime-rollout" and kw["topic_prefix"] == settings.topic_prefix
+
+        async def start(self) -> None:
+            if not broker_up:
+                raise ConnectionError("no broker")
+
+        async def send(self, topic: str, key: str, value: Any, ctx: Any) -> None:
+            sent.append((topic, key))
+
+        async def flush(self) -> None: ...
+
+        async def stop(self) -> None: ...
+
+    monkeypatch.setattr(rollout_watch, "Sink", FakeSink)
+    root = root_with(tmp_path, "v1", "v2")
+    settings = RegimeSettings(rollout_min_samples=10)
+    w = RolloutWatcher("regime", root, lambda p: p.name, Stats(), settings, serving=lambda: "v1")
+    start(root, "v2", progressive=True, dwell_s=1.0)
+    w.check()
+    await w.publish()
+    assert sent == [] and len(w.events) == 1, "kept while the broker is away"
+    broker_up = True
+    await w.publish()
+    await w.publish()
+    assert sent == [("rollouts.v1", "regime")] and w.events == []
+    # run(): checks on its own loop, a publisher task beside it; an operator's pause reaches the topic
+    import asyncio
+
+    w.settings = RegimeSettings(rollout_min_samples=10, rollout_poll_s=0.05)
+    stop = asyncio.Event()
+    task = asyncio.create_task(w.run(stop))
+    assert borgctl(["model", "--models", str(tmp_path), "pause", "regime"]) == 0
+    for _ in range(100):
+        if len(sent) == 2:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert sent == [("rollouts.v1", "regime")] * 2 and w.events == []

@@ -27,12 +27,13 @@
     load: new Map(), // node -> {live, forecast, chart, error} (services/dashboard/load.py)
     loadSummary: null,
     drift: [], // one entry per model: {model, report (drift.v1 as dumped), history}
+    rollouts: [], // one entry per model: {model, latest (rollouts.v1 as dumped), moves (newest first)}
     counts: {},
     connected: false,
     lastMessage: 0,
     stats: { messages: 0, maxApplyMs: 0, maxRenderMs: 0, maxLoadDriftMs: 0, renders: 0 }, // main-thread cost, for tests and curiosity
   };
-  const dirty = { header: true, decisions: true, order: true, nodes: true, cluster: true, pipeline: true, deadletters: true, load: true, drift: true };
+  const dirty = { header: true, decisions: true, order: true, nodes: true, cluster: true, pipeline: true, deadletters: true, load: true, drift: true, rollouts: true };
   let frame = 0;
   const $ = (id) => document.getElementById(id);
 
@@ -177,6 +178,10 @@
       S.drift = msg.drift;
       dirty.drift = true;
     }
+    if (msg.rollouts) {
+      S.rollouts = msg.rollouts;
+      dirty.rollouts = true;
+    }
     if (msg.cluster) {
       S.cluster = msg.cluster;
       dirty.cluster = true;
@@ -220,6 +225,7 @@
     const t1 = performance.now();
     if (dirty.load) renderLoad();
     if (dirty.drift) renderDrift();
+    if (dirty.rollouts) renderRollouts();
     S.stats.maxLoadDriftMs = Math.max(S.stats.maxLoadDriftMs, performance.now() - t1);
     document.body.dataset.version = String(S.version);
     S.stats.renders++;
@@ -646,6 +652,35 @@
         (preds ? `<div class="drift-reasons">answers: ${preds}</div>` : "") +
         (r.reasons && r.reasons.length ? `<div class="drift-reasons">${r.reasons.map(esc).join(" · ")}</div>` : "") +
         (extraHtml ? `<div class="drift-extra">${extraHtml}</div>` : "") + "</article>";
+    }).join("");
+  }
+
+  // ------------------------------------------------------------------ rollouts (rollouts.v1)
+
+  function renderRollouts() {
+    dirty.rollouts = false;
+    const models = S.rollouts;
+    const active = models.filter((m) => ["shadow", "running", "paused"].includes(m.latest.status)).length;
+    $("rollouts-count").textContent = models.length ? `${models.length} models · ${active} under way` : "";
+    if (!models.length) {
+      $("rollouts").innerHTML = '<p class="empty">no rollout yet (rollouts.v1)</p>';
+      return;
+    }
+    $("rollouts").innerHTML = models.map((m) => {
+      const r = m.latest;
+      const metrics = Object.entries(r.metrics || {}).map(([k, v]) => `${esc(k.replace(/_/g, " "))} ${fmt(v, 3)}`).join(" · ");
+      const moves = m.moves.map((e) =>
+        `<tr><td>${age(e.ts)} ago</td><td>${esc(e.candidate)}</td><td>${esc(e.status.replace(/_/g, " "))}</td>` +
+        `<td class="num">${e.step}/${e.steps}</td><td class="num">${pct(e.fraction)}</td><td>${esc(e.origin)}</td>` +
+        `<td>${esc(e.reason)}</td></tr>`).join("");
+      return `<article class="rollout-model" data-model="${esc(m.model)}" data-status="${esc(r.status)}">` +
+        `<div class="d-head"><b>${esc(m.model)}</b><span class="badge ro-${esc(r.status)}">${esc(r.status.replace(/_/g, " "))}</span>` +
+        `<span class="muted">version ${esc(r.candidate)} (baseline ${esc(r.baseline || "–")}) · step ${r.step}/${r.steps} · ` +
+        `<b class="ro-fraction">${pct(r.fraction)}</b> of nodes · ${age(r.ts_ms)} ago</span></div>` +
+        (r.reason ? `<div class="drift-reasons ro-reason">${esc(r.reason)}</div>` : "") +
+        `<div class="drift-reasons">${r.compared} compared, ${r.labelled} labelled${metrics ? " · " + metrics : ""}</div>` +
+        `<table class="t"><thead><tr><th>when</th><th>version</th><th>status</th><th>step</th><th>nodes</th><th>by</th><th>reason</th></tr></thead>` +
+        `<tbody>${moves}</tbody></table></article>`;
     }).join("");
   }
 
