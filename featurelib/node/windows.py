@@ -214,7 +214,8 @@ class NodeWindows:
 
     @staticmethod
     def _pane_record(st: _NodeState, slot: int) -> bytes:
-        return PANE_HEAD.pack(*st.meta[slot].tolist()) + PANE_BODY.pack(*st.ring[slot].ravel().tolist())
+        # the bytes PANE_BODY.pack(*floats) gives (little-endian doubles, bit for bit), without 78 Python floats
+        return PANE_HEAD.pack(*st.meta[slot].tolist()) + np.ascontiguousarray(st.ring[slot], dtype="<f8").tobytes()
 
     def closed_pane(self, node: str, index: int) -> PaneAgg | None:
         st = self._state(node)

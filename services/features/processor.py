@@ -8,8 +8,9 @@ only what changed since the last commit is written, at each commit. Uncommitted 
 delivered again after a crash and the state machine recognises it (dedup by (seq, ts); a
 re-delivered closing sample re-emits its identical window), so a restart neither loses nor
 changes a window. NodeState is validated by ``contracts.fast.nodestate`` (the contract's
-exact accept/reject decisions at half pydantic's cost), and the windows a batch closes are
-computed in one numpy pass.
+exact accept/reject decisions at half pydantic's cost), the windows a batch closes are
+computed in one numpy pass, and a window is encoded without building the pydantic model when its
+fields are plainly valid (``contracts.fast.featurevector.encode_feature_vector``; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Sequence
 
 from prometheus_client import Counter, Gauge
 
-from contracts import ContractError, FeatureVector
+from contracts import ContractError, FeatureVector, encode
 from contracts import telemetry as names
+from contracts.fast.featurevector import encode_feature_vector
 from contracts.fast.nodestate import decode_nodestate_dict
 from contracts.topics import Topic
 from featurelib.node.samples import Sample, sample_from_dict
@@ -177,22 +179,27 @@ class FeaturesProcessor:
                 self._outcomes[status].inc(n)
 
     async def _emit(self, record: Record, window: Window) -> None:
-        try:
-            vector = FeatureVector(
-                node=window.node,
-                ts_ms=window.ts_ms,
-                window_s=WINDOW_S,
-                schema_hash=self.schema_hash,
-                values=window.values,
-                valid=window.valid,
-                samples=window.samples,
-                input_ts_ms=window.input_ts_ms,
-            )
-        except ValueError as exc:  # e.g. a non-finite feature the contract refuses: report, keep going
-            log.error("window %s@%d not published: %s", window.node, window.ts_ms, exc)
-            await self.sink.dead_letter_record(record, f"window {window.ts_ms} not published: {exc}", "processing")
-            return
+        # the bytes encode(FeatureVector(...)) gives, without pydantic when the fields are plainly valid
+        encoded = encode_feature_vector(window.node, window.ts_ms, WINDOW_S, self.schema_hash, window.values,
+                                        window.valid, window.samples, window.input_ts_ms)
+        if encoded is None:
+            try:
+                encoded = encode(FeatureVector(
+                    node=window.node,
+                    ts_ms=window.ts_ms,
+                    window_s=WINDOW_S,
+                    schema_hash=self.schema_hash,
+                    values=window.values,
+                    valid=window.valid,
+                    samples=window.samples,
+                    input_ts_ms=window.input_ts_ms,
+                ))
+            except ValueError as exc:  # e.g. a non-finite feature the contract refuses: report, keep going
+                log.error("window %s@%d not published: %s", window.node, window.ts_ms, exc)
+                await self.sink.dead_letter_record(record, f"window {window.ts_ms} not published: {exc}",
+                                                   "processing")
+                return
         with stage_span(names.SPAN_FEATURES_WINDOW, record.headers, topic=record.topic, group=self.group,
                         attributes={names.NODE_NAME: window.node}) as ctx:
-            await self.sink.send(OUT_TOPIC, window.node, vector, ctx)
+            await self.sink.send_encoded(OUT_TOPIC, window.node, encoded, ctx)
         self.emitted += 1

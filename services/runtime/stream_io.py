@@ -50,6 +50,7 @@ class Sink:
         # stream_trace's direct path (cost: docs/performance.md); an unsampled record costs a span id.
         self.producer_spans = producer_spans
         self._publish: dict[str, Publish] = {}
+        self._targets: dict[str, tuple[str, str]] = {}
         self.prefix = topic_prefix
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap, **kafka_client_options(),
@@ -141,10 +142,12 @@ class Sink:
 
     async def _append(self, base_topic: str, key: str, value_bytes: bytes, ctx: otel_context.Context | None,
                       extra_headers: Headers | None) -> None:
-        spec = topic_spec(base_topic)
-        topic = self.topic(base_topic)
+        target = self._targets.get(base_topic)
+        if target is None:  # per output topic, not per output: the spec lookup and the prefixed name
+            target = self._targets[base_topic] = (self.topic(base_topic), topic_spec(base_topic).schema)
+        topic, schema = target
         key_bytes = key.encode()
-        headers = build_headers(spec.schema, ctx)
+        headers = build_headers(schema, ctx)
         if extra_headers:
             headers = [*headers, *extra_headers]
         if len(value_bytes) > DIRECT_ABOVE:
@@ -285,9 +288,12 @@ def decode_event(model: type[Contract], event: Any) -> Contract:
 
 
 def headers_of(event: Any) -> Sequence[tuple[str, bytes]]:
+    """The record's headers as a sequence of pairs (the record's own list or tuple: read it, do not change it)."""
     headers = event.message.headers
     if headers is None:
         return ()
+    if type(headers) is list or type(headers) is tuple:  # no copy per output: callers only read them
+        return headers
     if isinstance(headers, dict):
         return list(headers.items())
     return list(headers)

@@ -85,14 +85,15 @@ class _StageSpan:
                 if not remote.trace_flags.sampled:
                     return span_context_in(fast.unsampled_child(direct, remote))
                 context = fast.child_of(direct, remote)
-                self._direct_span = fast.DirectSpan(direct, self._name, context, remote, attrs)
+                if direct.processors:  # none: nothing would see the span, only its ids matter
+                    self._direct_span = fast.DirectSpan(direct, self._name, context, remote, attrs)
                 return span_context_in(context)
             parent = extract_trace(self._headers)
             parent_context = trace.get_current_span(parent).get_span_context()
             made = fast.direct_context(direct, parent_context)
             if made is not None:
                 context, sampled = made
-                if sampled:
+                if sampled and direct.processors:
                     self._direct_span = fast.DirectSpan(direct, self._name, context,
                                                         parent_context if parent_context.is_valid else None, attrs)
                 return set_span_in_context(NonRecordingSpan(context), parent)
@@ -159,7 +160,7 @@ class _PublishSpan:
             made = fast.direct_context(direct, parent)
             if made is not None:
                 context, sampled = made
-                if sampled:
+                if sampled and direct.processors:
                     self._direct_span = fast.DirectSpan(direct, publish.name, context,
                                                         parent if parent.is_valid else None, publish.attributes,
                                                         _PRODUCER)
