@@ -52,6 +52,8 @@ from typing import Any
 from loadtests import harness as harness_module
 from loadtests.accounting import FLUSH_PHASE
 from loadtests.chaos_faults import (
+    APISERVER_GRACE_S,
+    QUICK_APISERVER_GRACE_S,
     WATCHER,
     ChaosObserver,
     Controller,
@@ -141,13 +143,13 @@ def unseed_cluster(seeded: Seeded) -> None:
 def add_parser(sub: Any) -> None:
     chaos = sub.add_parser("chaos", help="steady load while every service, the broker and the API server fail in turn")
     chaos.add_argument("--out", type=Path, required=True, help="output directory (results.json, PNG, logs/)")
-    chaos.add_argument("--quick", action="store_true", help="250 NodeState/s, short gaps: a run of ~5 minutes")
+    chaos.add_argument("--quick", action="store_true", help="250 NodeState/s, short gaps: a run of ~4 minutes")
     chaos.add_argument("--rate", type=float, default=None, help="NodeState/s (default 2000; --quick 250)")
     chaos.add_argument("--interval-ms", type=int, default=1000, help="sampling interval of every simulated node")
     chaos.add_argument("--recovery-bound-s", type=float, default=None,
                        help="a fault not recovered within this fails the run (default 90; --quick 60)")
     chaos.add_argument("--gap-s", type=float, default=None,
-                       help="steady load between faults (default 20; --quick 6)")
+                       help="steady load between faults (default 20; --quick 3)")
     chaos.add_argument("--warmup", type=float, default=None, help="seconds of load before the first fault")
     chaos.add_argument("--no-kube", action="store_true",
                        help="no Kubernetes: referee in shadow mode, no watcher, no API server restart")
@@ -169,6 +171,7 @@ class ChaosArgs:
     ready_timeout_s: float
     env: dict[str, str]
     drain_s: float = 60.0
+    apiserver_grace_s: float = APISERVER_GRACE_S
 
     @classmethod
     def parse(cls, args: argparse.Namespace) -> ChaosArgs:
@@ -178,10 +181,15 @@ class ChaosArgs:
         return cls(
             out=args.out, rate=rate, interval_ms=args.interval_ms,
             recovery_bound_s=args.recovery_bound_s or (60.0 if args.quick else 90.0),
-            gap_s=args.gap_s if args.gap_s is not None else (6.0 if args.quick else 20.0),
-            warmup_s=args.warmup if args.warmup is not None else (12.0 if args.quick else 30.0),
+            # quick: the gap only has to separate one fault's recovery from the next (the lag
+            # bound's baseline looks 15 s back, over the previous gap and recovery alike)
+            gap_s=args.gap_s if args.gap_s is not None else (3.0 if args.quick else 20.0),
+            warmup_s=args.warmup if args.warmup is not None else (8.0 if args.quick else 30.0),
             kube=not args.no_kube, seed=args.seed, ready_timeout_s=args.ready_timeout, env=parse_env(args.env),
             drain_s=60.0 if args.quick else 180.0,
+            # a graceful kube-apiserver stop outlasts either grace (it waits for its watches), so the
+            # quick run reaches the SIGKILL sooner; the outage the referee rides out is still real
+            apiserver_grace_s=QUICK_APISERVER_GRACE_S if args.quick else APISERVER_GRACE_S,
         )
 
 
@@ -262,7 +270,8 @@ def run_load(a: ChaosArgs, broker: PrivateBroker, apiserver: PrivateApiserver | 
     pipeline = SupervisedPipeline(broker.bootstrap, harness.prefix, a.out, env)
     harness.pipeline = pipeline
     controller = Controller(harness, pipeline, faults, broker=broker, apiserver=apiserver,
-                            recovery_bound_s=a.recovery_bound_s, gap_s=a.gap_s)
+                            recovery_bound_s=a.recovery_bound_s, gap_s=a.gap_s,
+                            apiserver_grace_s=a.apiserver_grace_s)
 
     def on_restart(sp: ServiceProc) -> None:
         harness.procs.watch(sp.name, sp.pid)

@@ -35,6 +35,8 @@ MAX_CRASHES = 5
 """Unprovoked exits of one service after which the run gives up on it (a crash loop)."""
 APISERVER_GRACE_S = 10.0
 """SIGTERM, then SIGKILL after this: a graceful kube-apiserver stop waits ~20 s for its watches."""
+QUICK_APISERVER_GRACE_S = 3.0
+"""The same for ``--quick``: the stop ran into the SIGKILL at 10 s as well, so the wait bought nothing."""
 API_OUTCOMES = ("applied", "duplicate")
 """ActionResult outcomes that needed a successful API round trip."""
 
@@ -196,7 +198,7 @@ class Controller:
 
     def __init__(self, harness: Harness, pipeline: SupervisedPipeline, faults: list[Fault], *,
                  broker: PrivateBroker, apiserver: PrivateApiserver | None,
-                 recovery_bound_s: float, gap_s: float) -> None:
+                 recovery_bound_s: float, gap_s: float, apiserver_grace_s: float = APISERVER_GRACE_S) -> None:
         self.harness = harness
         self.pipeline = pipeline
         self.faults = faults
@@ -204,6 +206,7 @@ class Controller:
         self.apiserver = apiserver
         self.recovery_bound_s = recovery_bound_s
         self.gap_s = gap_s
+        self.apiserver_grace_s = apiserver_grace_s
         self.task: asyncio.Task[None] | None = None
         self.data: RunData | None = None
         self.bounds: dict[str, dict[str, float]] = {}
@@ -256,7 +259,7 @@ class Controller:
                 watched = self.groups()
             else:
                 assert self.apiserver is not None
-                await asyncio.to_thread(self.apiserver.stop, APISERVER_GRACE_S)
+                await asyncio.to_thread(self.apiserver.stop, self.apiserver_grace_s)
                 await asyncio.to_thread(self.apiserver.start)
                 fault.t_back = time.time()
                 group = group_of(prefix, "referee", set(self.groups()))

@@ -29,6 +29,17 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def quick_anomaly_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`borgctl train anomaly --quick` (version a1), trained once for every test that reads it: its model
+    root (CURRENT, a1/). Read-only: a test that changes a model copies it first."""
+    from training.anomaly.cli import train_anomaly
+
+    root = tmp_path_factory.mktemp("quick-models") / "anomaly"
+    assert train_anomaly(["--quick", "-q", "--out", str(root), "--version", "a1"]) == 0
+    return root
+
+
+@pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """The real broker from infra/kafka/kafka.sh (started here when not running)."""
     script = ROOT / "infra" / "kafka" / "kafka.sh"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,14 @@ class TopicState:
     cleanup_policy: str
 
 
-async def connect_admin(bootstrap: str, timeout_s: float = 30.0) -> AIOKafkaAdminClient:
+CONNECT_TIMEOUT_ENV = "BORG_KAFKA_CONNECT_TIMEOUT_S"
+"""How long callers that pass no timeout retry an unreachable broker (default 30 s; tests of the
+unreachable case set it short instead of waiting the default out)."""
+
+
+async def connect_admin(bootstrap: str, timeout_s: float | None = None) -> AIOKafkaAdminClient:
+    if timeout_s is None:
+        timeout_s = float(os.environ.get(CONNECT_TIMEOUT_ENV) or 30.0)
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options(), request_timeout_ms=10_000)

@@ -27,7 +27,7 @@ def test_live_arena_quick_runs_both_policies_through_the_real_system(
             "--nodes",
             "4",
             "--horizon-s",
-            "300",
+            "150",  # 15 s of arrivals per policy at 10x: 35 tasks on 4 nodes (300 gave 36, in twice the time)
             "--synthetic",
             "120",
             "--seed",

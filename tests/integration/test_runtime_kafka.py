@@ -123,7 +123,8 @@ def _spawn(bootstrap: str, prefix: str, group: str, log: Path) -> subprocess.Pop
     return subprocess.Popen(
         [sys.executable, "-m", "tests.integration.worker_process", bootstrap, prefix, group, str(log)],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # the killed worker's session (the smallest the settings accept) is what the second one waits out
+        env={**os.environ, "PYTHONPATH": str(ROOT), "STREAM_SESSION_TIMEOUT_S": "6"},
     )
 
 

@@ -38,8 +38,9 @@ async def test_crash_between_processing_and_commit_loses_nothing(kafka_bootstrap
             expected[(w.node, w.ts_ms)] = (w.values, w.valid, w.samples)
     crash_after = 2500
     batch = 200
+    # the crashed member's session (the smallest the settings accept) is what the second process waits out
     first = spawn("features", kafka_bootstrap, topic_prefix, tmp_path, FEATURES_FAULT_EXIT_AFTER=str(crash_after),
-                  STREAM_COMMIT_INTERVAL_S="0.5", STREAM_BATCH_MAX=str(batch))
+                  STREAM_COMMIT_INTERVAL_S="0.5", STREAM_BATCH_MAX=str(batch), STREAM_SESSION_TIMEOUT_S="6")
     with running(first):
         await wait_ready((first,))
         # a commit before the crash, whatever the machine's speed: 2,500 NodeStates can be

@@ -233,7 +233,9 @@ async def test_decision_trace_has_every_edge(
         for name in (*SERVICES, "scheduler-extender")
     ]
     try:
-        start_ms = int(time.time() * 1000) - 120_000
+        # 150 samples per node (150 s of trace time, all in the past), sent in ~3 s: the records and their
+        # timestamps are what a 30 s replay at 40/s sent; the windows follow trace time, not the pace
+        start_ms = int(time.time() * 1000) - 180_000
         replay = subprocess.run(
             [
                 sys.executable,
@@ -245,9 +247,9 @@ async def test_decision_trace_has_every_edge(
                 "--nodes",
                 str(NODES),
                 "--rate",
-                str(NODES * 5),
-                "--duration",
-                "30",
+                str(NODES * 50),
+                "--count",
+                str(NODES * 150),
                 "--start-ms",
                 str(start_ms),
                 "--seed",

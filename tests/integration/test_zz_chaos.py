@@ -35,7 +35,10 @@ def test_quick_chaos_loses_nothing_applies_nothing_twice_and_recovers(
 ) -> None:
     out = tmp_path / "chaos"
     done = subprocess.run(
-        [sys.executable, "-m", "borgctl.main", "load", "chaos", "--quick", "--out", str(out)],
+        # the smallest session timeout the settings accept: a killed member's partitions move ~4 s
+        # sooner, eight kills in a row (the default, 10 s, is what production runs)
+        [sys.executable, "-m", "borgctl.main", "load", "chaos", "--quick", "--out", str(out),
+         "--env", "STREAM_SESSION_TIMEOUT_S=6"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )
     said = f"\n--- stdout\n{done.stdout[-6000:]}\n--- stderr\n{done.stderr[-3000:]}"

@@ -17,8 +17,11 @@ def parse(*argv: str) -> ChaosArgs:
 
 def test_quick_and_full_defaults() -> None:
     quick, full = parse("--quick"), parse()
-    assert (quick.rate, quick.recovery_bound_s, quick.gap_s, quick.kube) == (250.0, 60.0, 6.0, True)
+    assert (quick.rate, quick.recovery_bound_s, quick.gap_s, quick.kube) == (250.0, 60.0, 3.0, True)
     assert (full.rate, full.recovery_bound_s, full.gap_s) == (2000.0, 90.0, 20.0)
+    # only the quick run cuts the API server's graceful stop short (it outlasts both graces anyway)
+    assert (quick.warmup_s, quick.apiserver_grace_s) == (8.0, 3.0)
+    assert (full.warmup_s, full.apiserver_grace_s) == (30.0, 10.0)
     assert parse("--no-kube", "--rate", "300").kube is False
     assert parse("--env", "A=1").env == {"A": "1"}
     with pytest.raises(ValueError, match="rate"):

@@ -18,17 +18,14 @@ from featurelib.node.schema import N_FEATURES
 from services.anomaly import compact_forest
 from services.anomaly.model import AnomalyModel, load_anomaly_model
 from services.runtime.model_watch import onnx_session, resolve
-from training.anomaly.cli import train_anomaly
 
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-6
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("models") / "anomaly"
-    assert train_anomaly(["--quick", "-q", "--out", str(root), "--version", "a1"]) == 0
-    return resolve(root)
+def trained(quick_anomaly_model: Path) -> Path:
+    return resolve(quick_anomaly_model)  # `train anomaly --quick`, once per session (tests/conftest.py)
 
 
 def forest_path(version_dir: Path) -> Path:
