@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.cluster_watcher.resources import GoneError, Resource, WatchError
+from services.runtime.kube_client import get_json
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -27,19 +28,6 @@ class KubeSource:
         self.namespace = namespace
         self.page_size = page_size
 
-    async def _get(self, path: str, query: list[tuple[str, Any]], limit: Any) -> Any:
-        return await self.api.call_api(
-            path,
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            response_types_map={200: "object"},
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _preload_content=limit is None,
-            _request_timeout=limit or 30,
-        )
-
     async def list(self, res: Resource) -> tuple[list[Obj], str]:
         """Every object (paginated) and the list's resourceVersion."""
         items: list[Obj] = []
@@ -49,7 +37,7 @@ class KubeSource:
             if token:
                 query.append(("continue", token))
             try:
-                body = await self._get(res.path(self.namespace), query, None)
+                body = await get_json(self.api, res.path(self.namespace), query, None)
             except ApiException as exc:
                 if exc.status == 410:
                     raise GoneError(f"list continue token expired for {res.plural}") from None
@@ -68,7 +56,7 @@ class KubeSource:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", timeout_s),
         ]
-        resp = await self._get(res.path(self.namespace), query, (10, timeout_s + 30))
+        resp = await get_json(self.api, res.path(self.namespace), query, (10, timeout_s + 30))
         try:
             if resp.status == 410:
                 raise GoneError(f"watch {res.plural} from {resource_version}: 410")

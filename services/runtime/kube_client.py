@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes_asyncio import client, config
 
 
@@ -25,3 +27,22 @@ async def api_client(kubeconfig: str | None) -> client.ApiClient:
                 f"({in_pod}); set KUBECONFIG or mount the token"
             ) from None
     return client.ApiClient(configuration=cfg)
+
+
+async def get_json(api: client.ApiClient, path: str, query: list[tuple[str, Any]], limit: Any) -> Any:
+    """GET ``path`` as plain JSON objects (no model classes: lists and watches of many objects stay cheap).
+
+    ``limit`` ``None``: the parsed body (30 s limit); a ``(connect, read)`` pair: the raw response, for a
+    watch stream read line by line.
+    """
+    return await api.call_api(
+        path,
+        "GET",
+        query_params=query,
+        header_params={"Accept": "application/json"},
+        response_types_map={200: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+        _preload_content=limit is None,
+        _request_timeout=limit or 30,
+    )

@@ -20,6 +20,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from services.runtime.kube_client import get_json
 from services.runtime.pause import pause
 from services.scheduler_extender.podindex import Obj, PodIndex
 
@@ -101,25 +102,12 @@ class ClusterWatch:
                 version = None
                 await pause(stop, self.retry_s)
 
-    async def _get(self, path: str, query: list[tuple[str, Any]], limit: Any) -> Any:
-        return await self.api.call_api(
-            path,
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            response_types_map={200: "object"},
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _preload_content=limit is None,
-            _request_timeout=limit or 30,
-        )
-
     async def _list(self, plural: str, selector: list[tuple[str, Any]]) -> tuple[list[Obj], str]:
         items: list[Obj] = []
         token: str | None = None
         while True:
             query = [*selector, ("limit", self.page_size)] + ([("continue", token)] if token else [])
-            body = await self._get(f"/api/v1/{plural}", query, None)
+            body = await get_json(self.api, f"/api/v1/{plural}", query, None)
             items.extend(body.get("items") or [])
             meta = body.get("metadata") or {}
             token = meta.get("continue")
@@ -136,7 +124,7 @@ class ClusterWatch:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", self.timeout_s),
         ]
-        resp = await self._get(f"/api/v1/{plural}", query, (10, self.timeout_s + 30))
+        resp = await get_json(self.api, f"/api/v1/{plural}", query, (10, self.timeout_s + 30))
         try:
             if resp.status == 410:
                 raise GoneError(plural)
