@@ -6,7 +6,7 @@ arena trained on (issue 22). The key of binding a pod on a candidate node is::
     <pod class index>|<CPU request bin>|<regime>|<confidence bin>|<slowdown bin>|<CPU fill bin>|<memory bin>[|<classes>]
 
 split into the pod's part (:func:`pod_part`: depends on the node only through its allocatable CPU) and the
-node's part (:func:`node_part` = :func:`regime_part` + :func:`fill_part`), which the extender caches per
+node's part (:func:`regime_part` + :func:`fill_part`), which the extender caches per
 node and class. ``extender+pods`` appends one
 bit per workload class already running on the node. Bins use ``bisect_right`` (numpy's
 ``searchsorted(side="right")`` gives the same bins; bisect is ~20x cheaper per scalar, which matters at
@@ -95,31 +95,6 @@ def fill_part(
     return part
 
 
-def node_part(
-    label: RegimeLike | None,
-    workload_class: str,
-    *,
-    requested_milli_cpu: int,
-    allocatable_milli_cpu: int,
-    requested_memory: int,
-    allocatable_memory: int,
-    pods: int,
-    resident_classes: Iterable[int],
-    features: str,
-) -> str:
-    """The node's share of the key: its regime label for the pod's class, its fill, its residents' classes."""
-    fill = fill_part(
-        requested_milli_cpu=requested_milli_cpu,
-        allocatable_milli_cpu=allocatable_milli_cpu,
-        requested_memory=requested_memory,
-        allocatable_memory=allocatable_memory,
-        pods=pods,
-        resident_classes=resident_classes,
-        features=features,
-    )
-    return f"{regime_part(label, workload_class)}|{fill}"
-
-
 def state_key(
     workload_class: str,
     milli_cpu: int,
@@ -134,9 +109,7 @@ def state_key(
     features: str,
 ) -> str:
     """Discretised state of binding a pod (class, CPU request) on a node; a Q-table key."""
-    node = node_part(
-        label,
-        workload_class,
+    fill = fill_part(
         requested_milli_cpu=requested_milli_cpu,
         allocatable_milli_cpu=allocatable_milli_cpu,
         requested_memory=requested_memory,
@@ -145,7 +118,7 @@ def state_key(
         resident_classes=resident_classes,
         features=features,
     )
-    return f"{pod_part(workload_class, milli_cpu, allocatable_milli_cpu)}|{node}"
+    return f"{pod_part(workload_class, milli_cpu, allocatable_milli_cpu)}|{regime_part(label, workload_class)}|{fill}"
 
 
 def q_update(q: float, reward: float, alpha: float, *, gamma: float = 0.0, next_max: float = 0.0) -> float:

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from services.cluster_watcher.resources import GoneError, Resource
+from services.cluster_watcher.resources import Resource
+from services.runtime.kube_client import GoneError
 from services.runtime.pause import pause
 
 log = logging.getLogger(__name__)

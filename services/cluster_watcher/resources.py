@@ -1,20 +1,8 @@
-"""The watched resources and the errors a watch can end with (no kubernetes_asyncio here)."""
+"""The watched resources (no kubernetes_asyncio here; a watch's errors are in services.runtime.kube_client)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-
-class GoneError(Exception):
-    """The resourceVersion is too old (410): list again."""
-
-
-class WatchError(Exception):
-    """The watch failed for another reason (status code in `.status`)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
 
 
 @dataclass(frozen=True)

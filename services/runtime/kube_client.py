@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+Obj = dict[str, Any]
+
+
+class GoneError(Exception):
+    """The resourceVersion (or a list's continue token) is too old (410): list again."""
+
+
+class WatchError(Exception):
+    """The watch failed for another reason (status code in `.status`)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
 
 
 class KubeConfigError(RuntimeError):
@@ -46,3 +63,58 @@ async def get_json(api: client.ApiClient, path: str, query: list[tuple[str, Any]
         _preload_content=limit is None,
         _request_timeout=limit or 30,
     )
+
+
+async def list_objects(api: client.ApiClient, path: str, selector: list[tuple[str, Any]],
+                       page_size: int = 500) -> tuple[list[Obj], str]:
+    """Every object at ``path`` (paginated, as JSON dicts) and the list's resourceVersion."""
+    items: list[Obj] = []
+    token: str | None = None
+    while True:
+        query = [*selector, ("limit", page_size)] + ([("continue", token)] if token else [])
+        try:
+            body = await get_json(api, path, query, None)
+        except ApiException as exc:
+            if exc.status == 410:
+                raise GoneError(f"list continue token expired for {path}") from None
+            raise
+        items.extend(body.get("items") or [])
+        meta = body.get("metadata") or {}
+        token = meta.get("continue")
+        if not token:
+            return items, str(meta.get("resourceVersion") or "")
+
+
+async def watch_objects(api: client.ApiClient, path: str, selector: list[tuple[str, Any]], resource_version: str,
+                        timeout_s: int) -> AsyncIterator[tuple[str, Obj]]:
+    """(type, object) pairs from ``resource_version`` on, BOOKMARK events included; ends on the server's timeout.
+
+    A 410 (HTTP status or an ERROR event) raises :class:`GoneError`: the caller lists again.
+    """
+    query = [
+        *selector,
+        ("watch", "true"),
+        ("resourceVersion", resource_version),
+        ("allowWatchBookmarks", "true"),
+        ("timeoutSeconds", timeout_s),
+    ]
+    resp = await get_json(api, path, query, (10, timeout_s + 30))
+    try:
+        if resp.status == 410:
+            raise GoneError(f"watch {path} from {resource_version}: 410")
+        if resp.status != 200:
+            raise WatchError(resp.status, (await resp.text())[:500])
+        while line := await resp.content.readline():
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            kind = str(event.get("type"))
+            obj: Obj = event.get("object") or {}
+            if kind == "ERROR":
+                code = int(obj.get("code") or 0)
+                if code == 410:
+                    raise GoneError(f"watch {path} from {resource_version}: {obj.get('message')}")
+                raise WatchError(code, str(obj.get("message")))
+            yield kind, obj
+    finally:
+        resp.release()

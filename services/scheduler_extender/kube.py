@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.runtime.kube_client import get_json
+from services.runtime.kube_client import GoneError, WatchError, list_objects, watch_objects
 from services.runtime.pause import pause
 from services.scheduler_extender.podindex import Obj, PodIndex
 
 log = logging.getLogger(__name__)
 POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-
-
-class GoneError(Exception):
-    """The watch's resourceVersion is too old: list again."""
 
 
 class ClusterWatch:
@@ -83,13 +78,13 @@ class ClusterWatch:
         while not stop.is_set():
             try:
                 if version is None:
-                    items, version = await self._list(plural, selector)
+                    items, version = await list_objects(self.api, f"/api/v1/{plural}", selector, self.page_size)
                     replace(items)
                     self._listed.add(plural)
                     if self._listed == {"nodes", "pods"}:
                         self.synced.set()
                     log.info("watch %s: %d listed", plural, len(items))
-                async for kind, obj in self._watch(plural, selector, version):
+                async for kind, obj in watch_objects(self.api, f"/api/v1/{plural}", selector, version, self.timeout_s):
                     if kind == "BOOKMARK":
                         version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                         continue
@@ -97,48 +92,7 @@ class ClusterWatch:
                     version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             except GoneError:
                 version = None
-            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            except (ApiException, WatchError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
                 log.warning("watch %s failed (%s); listing again in %.0fs", plural, exc, self.retry_s)
                 version = None
                 await pause(stop, self.retry_s)
-
-    async def _list(self, plural: str, selector: list[tuple[str, Any]]) -> tuple[list[Obj], str]:
-        items: list[Obj] = []
-        token: str | None = None
-        while True:
-            query = [*selector, ("limit", self.page_size)] + ([("continue", token)] if token else [])
-            body = await get_json(self.api, f"/api/v1/{plural}", query, None)
-            items.extend(body.get("items") or [])
-            meta = body.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                return items, str(meta.get("resourceVersion") or "")
-
-    async def _watch(
-        self, plural: str, selector: list[tuple[str, Any]], version: str
-    ) -> AsyncIterator[tuple[str, Obj]]:
-        query = [
-            *selector,
-            ("watch", "true"),
-            ("resourceVersion", version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", self.timeout_s),
-        ]
-        resp = await get_json(self.api, f"/api/v1/{plural}", query, (10, self.timeout_s + 30))
-        try:
-            if resp.status == 410:
-                raise GoneError(plural)
-            if resp.status != 200:
-                raise ValueError(f"watch {plural}: HTTP {resp.status}: {(await resp.text())[:300]}")
-            while line := await resp.content.readline():
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                obj: Obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    if int(obj.get("code") or 0) == 410:
-                        raise GoneError(plural)
-                    raise ValueError(f"watch {plural}: {obj.get('message')}")
-                yield str(event.get("type")), obj
-        finally:
-            resp.release()

@@ -81,8 +81,7 @@ def test_shipped_model_loads_or_says_why(tmp_path: Path) -> None:
     model, why = forecast.load_model(tmp_path / "nowhere")
     assert model is None and why is not None and "not applied" in why
     root = Path(__file__).resolve().parents[2] / "models" / "forecast"
-    if not (root / "CURRENT").is_file():
-        pytest.skip("no shipped forecast model in models/forecast")
+    assert (root / "CURRENT").is_file(), "the repository ships a forecast model (models/forecast/CURRENT)"
     model, why = forecast.load_model(root)
     assert model is not None and why is None
     out = forecast.evaluate(load(20), TICK_S, model, min_history=3)

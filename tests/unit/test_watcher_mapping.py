@@ -11,9 +11,10 @@ import pytest
 from services.cluster_watcher.mapping import pod_record, transitions
 from services.cluster_watcher.model import ClusterModel
 from services.cluster_watcher.reflector import Reflector
-from services.cluster_watcher.resources import PODS, GoneError, Resource
+from services.cluster_watcher.resources import PODS, Resource
 from services.cluster_watcher.settings import WatcherSettings
 from services.runtime.k8s_quantity import parse_quantity
+from services.runtime.kube_client import GoneError
 
 NOW = 1_750_000_000_000
 CREATED = "2025-06-15T15:06:40Z"  # NOW - 0 s
