@@ -162,6 +162,21 @@ def build_headers(schema: str, ctx: otel_context.Context | None = None) -> Heade
     span_context = get_current_span(ctx).get_span_context()
     if span_context is INVALID_SPAN_CONTEXT:  # no span: the propagator would write nothing
         return [_CONTENT_TYPE_HEADER, _schema_header(schema)]
+    return _traced_headers(schema, span_context, ctx, False)
+
+
+def headers_for_span(schema: str, span_context: SpanContext) -> Headers:
+    """``build_headers(schema, ctx)`` for a ``ctx`` holding only ``span_context`` (a stage's output:
+    no context is built just to be read back)."""
+    if span_context is INVALID_SPAN_CONTEXT:
+        return [_CONTENT_TYPE_HEADER, _schema_header(schema)]
+    return _traced_headers(schema, span_context, None, True)
+
+
+def _traced_headers(schema: str, span_context: SpanContext, ctx: otel_context.Context | None,
+                    only: bool) -> Headers:
+    """``build_headers`` with the span context of ``ctx`` already read (``only``: of a context holding
+    only ``span_context``, built here if the propagator must write the header)."""
     value = fast_traceparent.value_of(span_context)
     if value is not None:
         out: Headers = [_CONTENT_TYPE_HEADER, _schema_header(schema), (TRACEPARENT, value)]
@@ -170,7 +185,7 @@ def build_headers(schema: str, ctx: otel_context.Context | None = None) -> Heade
             out.append((TRACESTATE, state.to_header().encode("ascii")))
         return out
     carrier: dict[str, str] = {}
-    inject_trace(carrier, ctx)
+    inject_trace(carrier, span_context_in(span_context) if only else ctx)
     out = [_CONTENT_TYPE_HEADER, _schema_header(schema)]
     out.extend((k, v.encode("ascii")) for k, v in carrier.items())
     return out

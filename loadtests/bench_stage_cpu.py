@@ -7,7 +7,8 @@ regime and anomaly, traceparent included, as ``bench stages`` feeds them).
 
 ``python -m loadtests.bench_stage_cpu run --stage S --input DIR [--rounds R]`` replays the recorded input
 through stage ``S``'s batch handler ``R`` times (fresh state each round; batches of the stage's
-``batch_max`` over 6 partitions, as ``BatchStream`` hands them) and prints one JSON line: the median
+``batch_max`` over 6 partitions, as ``BatchStream`` hands them; the process tuned as ``run_stream`` tunes a
+stage, ``--no-tune`` for CPython's defaults) and prints one JSON line: the median
 ``time.process_time()`` per input message (µs) and a SHA-256 of everything the stage wrote (keys, values,
 headers with the span ids of ``traceparent`` blanked, since they are random; changelog records; dead
 letters). The digest is what proves a change bit-identical: run the same command in a copy of the tree from
@@ -280,11 +281,15 @@ def record(out: Path, nodes: int, seconds: int) -> None:
     print(f"recorded {len(inputs)} NodeState, {len(kept)} FeatureVectors in {out}")
 
 
-def run(stage: str, input_dir: Path, rounds: int) -> dict[str, Any]:
+def run(stage: str, input_dir: Path, rounds: int, *, tune: bool = True) -> dict[str, Any]:
     fn, topic, name = STAGES[stage]
     records = _read(input_dir / name, topic)
     _tracing()
     _record_changelogs()
+    if tune:  # as run_stream tunes every stage (GC thresholds, start-up objects frozen, malloc)
+        from services.runtime.tuning import tune_process
+
+        tune_process()
     # one round records what the stage writes (not timed: the recording costs CPU), then timed rounds
     recorder = _Recorder()
     _RECORDER.append(recorder)
@@ -292,7 +297,7 @@ def run(stage: str, input_dir: Path, rounds: int) -> dict[str, Any]:
     _RECORDER.append(None)
     times = [asyncio.run(fn(records, None)) for _ in range(rounds)]
     n = len(records)
-    return {"bench": "stage_cpu", "case": stage, "messages": n, "written": recorder.count,
+    return {"bench": "stage_cpu", "case": stage, "messages": n, "written": recorder.count, "tuned": tune,
             "us_per_msg": round(statistics.median(times) / n * 1e6, 2) if times else None,
             "us_per_msg_runs": [round(t / n * 1e6, 1) for t in times],
             "digest": recorder.h.hexdigest()[:16]}
@@ -309,11 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--stage", choices=sorted(STAGES), required=True)
     r.add_argument("--input", type=Path, required=True)
     r.add_argument("--rounds", type=int, default=3)
+    r.add_argument("--no-tune", action="store_true",
+                   help="keep CPython's default GC thresholds (the figures before 2026-11-27 15:00 were taken so)")
     args = parser.parse_args(argv)
     if args.cmd == "record":
         record(args.out, args.nodes, args.seconds)
     else:
-        sys.stdout.write(orjson.dumps(run(args.stage, args.input, args.rounds)).decode() + "\n")
+        sys.stdout.write(orjson.dumps(run(args.stage, args.input, args.rounds, tune=not args.no_tune)).decode() + "\n")
     return 0
 
 

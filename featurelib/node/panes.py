@@ -112,6 +112,7 @@ class PaneAgg:
 
 
 _ZEROS: Final = (0.0,) * M
+_ZERO_SUMS: Final = np.zeros((3, M))
 
 
 def body_sums(data: bytes, offset: int) -> np.ndarray:
@@ -141,6 +142,58 @@ def _fold(sums: np.ndarray | None, pending: Sequence[Sequence[float | None]]) ->
     np.copyto(stack[1, 1:], np.where(missing, 0.0, x))
     np.multiply(stack[1, 1:], stack[1, 1:], out=stack[2, 1:])
     out: np.ndarray = stack.sum(axis=1)
+    return out
+
+
+def fold_panes(panes: Sequence[PaneAgg]) -> None:
+    """Fold the samples every pane in ``panes`` kept into its sums: one numpy pass per sample count.
+
+    Each pane gets the floats its own fold gives (``PaneAgg.sums``): panes with the same number of
+    kept samples are stacked, and each adds its samples in their order onto its sums so far. The
+    features service closes and checkpoints hundreds of panes per batch, and a fold's dozen numpy
+    calls cost more than its arithmetic (docs/performance.md). What a stack cannot convert is
+    folded pane by pane; a pane that cannot fold keeps its samples (its ``sums()`` raises why).
+    """
+    groups: dict[int, list[PaneAgg]] = {}
+    for pane in panes:
+        if pane._pending:
+            groups.setdefault(len(pane._pending), []).append(pane)
+    for k, group in groups.items():
+        try:
+            if len(group) == 1:
+                group[0].sums()
+                continue
+            folded = _fold_many([p._sums for p in group], [row for p in group for row in p._pending], k)
+        except (TypeError, ValueError):
+            for pane in group:
+                try:
+                    pane.sums()
+                except (TypeError, ValueError):
+                    pass  # left kept: its own sums() raises the error where it is read
+            continue
+        for pane, sums in zip(group, folded, strict=True):
+            pane._sums = sums
+            pane._pending = []
+
+
+@np.errstate(all="ignore")  # as _fold
+def _fold_many(bases: Sequence[np.ndarray | None], rows: Sequence[Sequence[float | None]], k: int) -> np.ndarray:
+    """(B, 3, M): ``_fold(bases[b], rows[b * k:(b + 1) * k])`` for every pane b, in one pass."""
+    b = len(bases)
+    x = np.array(rows, dtype=np.float64).reshape(b, k, M)  # None becomes NaN; a ragged row raises
+    missing = np.isnan(x)
+    if sum(row.count(None) for row in rows) != np.count_nonzero(missing):
+        missing = np.array([[v is None for v in row] for row in rows], dtype=bool).reshape(b, k, M)
+    stack = np.empty((3, b, k + 1, M))
+    if any(base is not None for base in bases):
+        stack[:, :, 0] = np.stack([_ZERO_SUMS if base is None else base for base in bases], axis=1)
+    else:
+        stack[:, :, 0] = 0.0
+    np.logical_not(missing, out=stack[0, :, 1:], casting="unsafe")
+    np.copyto(stack[1, :, 1:], np.where(missing, 0.0, x))
+    np.multiply(stack[1, :, 1:], stack[1, :, 1:], out=stack[2, :, 1:])
+    # the sum runs over an axis that is not the contiguous one: row after row, in order, as _fold's
+    out: np.ndarray = np.ascontiguousarray(stack.sum(axis=2).transpose(1, 0, 2))
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 import numpy as np
 import orjson
 
-from featurelib.node.panes import PANE_BODY, PANE_HEAD, PaneAgg, body_sums, stack_features_many
+from featurelib.node.panes import PANE_BODY, PANE_HEAD, PaneAgg, body_sums, fold_panes, stack_features_many
 from featurelib.node.samples import Sample
 from featurelib.node.schema import HOP_MS, PANES_300, M
 
@@ -123,6 +123,18 @@ class _Pending:
     expected: int
 
 
+@dataclass(slots=True)
+class _Closing:
+    """A pane closed inside ``observe_many``: its sums are folded with the batch's other closed panes,
+    then written to the ring and its window gathered (``pending``), or ``error`` says why not."""
+
+    node: str
+    st: _NodeState
+    agg: PaneAgg
+    pending: _Pending | None = None
+    error: str | None = None
+
+
 class NodeWindows:
     """Per-node pane aggregation with dedup, bounded lateness and idempotent re-emission.
 
@@ -153,6 +165,9 @@ class NodeWindows:
         self._nodes: dict[str, _NodeState] = {}
         self._dirty: dict[str, list[int]] = {}
         """Nodes changed since they were last written, with the ring slots of panes they closed."""
+        self._closing: list[_Closing] | None = None
+        """Panes closed in the ``observe_many`` under way whose sums are not folded yet (None: fold at once)."""
+        self._closing_nodes: set[str] = set()
 
     def phase(self, node: str) -> int:
         p = self._phase.get(node)
@@ -261,7 +276,7 @@ class NodeWindows:
     # -- the transition ---------------------------------------------------------------------
     def observe(self, sample: Sample) -> Outcome:
         status, pending = self._observe(sample)
-        return Outcome(status, tuple(self._finish(pending)))
+        return Outcome(status, tuple(self._finish([p for p in pending if isinstance(p, _Pending)])))
 
     def observe_many(self, samples: Sequence[Sample]) -> list[Outcome]:
         """``observe`` each sample in order; the windows they close are computed in one pass.
@@ -269,14 +284,33 @@ class NodeWindows:
         A sample the state machine cannot handle gets status ``failed`` with the error, and
         the others go on (the service dead-letters it).
         """
-        steps: list[tuple[str, list[_Pending]]] = []
+        found: list[tuple[str, list[_Pending | _Closing]]] = []
         errors: dict[int, str] = {}
-        for i, sample in enumerate(samples):
-            try:
-                steps.append(self._observe(sample))
-            except Exception as exc:  # reported per sample; the batch goes on
-                errors[i] = f"{type(exc).__name__}: {exc}"
-                steps.append(("failed", []))
+        if not self.write_through:  # the panes this batch closes are folded together (_settle)
+            self._closing = []
+        try:
+            for i, sample in enumerate(samples):
+                try:
+                    found.append(self._observe(sample))
+                except Exception as exc:  # reported per sample; the batch goes on
+                    errors[i] = f"{type(exc).__name__}: {exc}"
+                    found.append(("failed", []))
+        finally:
+            self._settle()
+            self._closing = None
+        steps: list[tuple[str, list[_Pending]]] = []
+        for i, (status, items) in enumerate(found):
+            pending: list[_Pending] = []
+            for item in items:
+                if isinstance(item, _Pending):
+                    pending.append(item)
+                elif item.pending is not None:
+                    pending.append(item.pending)
+                else:  # its pane could not be folded: the sample fails, as when it closed the pane at once
+                    errors[i] = item.error or "pane not folded"
+            if i in errors and status != "failed":
+                status, pending = "failed", []
+            steps.append((status, pending))
         windows = iter(self._finish([p for _, pending in steps for p in pending]))
         out: list[Outcome] = []
         for i, (status, pending) in enumerate(steps):
@@ -288,13 +322,19 @@ class NodeWindows:
                 out.append(_BARE[status])
         return out
 
-    def _observe(self, sample: Sample) -> tuple[str, list[_Pending]]:
+    def _observe(self, sample: Sample) -> tuple[str, list[_Pending | _Closing]]:
         node = sample.node
         if not 0 <= sample.seq < _SEQ_LIMIT:
             raise ValueError(f"seq {sample.seq} is outside the 64-bit range the window state stores")
+        if node in self._closing_nodes:  # its ring is read below (a replay, the next window): fold first
+            self._settle()
         st = self._state(node)
         ident = [sample.seq, sample.ts_ms]
-        index = self.pane_of(node, sample.ts_ms)
+        hop = self.hop_ms
+        phase = self._phase.get(node)
+        if phase is None:
+            phase = self.phase(node)
+        index = (sample.ts_ms - phase) // hop  # pane_of, with the phase looked up once for both
         agg = st.open
         if agg is not None:
             for pane, seq, ts in st.emits:
@@ -307,7 +347,7 @@ class NodeWindows:
                 return "duplicate", []
             if index < agg.index:
                 return "late", []
-        windows: list[_Pending] = []
+        windows: list[_Pending | _Closing] = []
         if agg is None:
             agg, st.ids, st.emits = PaneAgg(index), [], []
         elif index > agg.index:
@@ -315,10 +355,10 @@ class NodeWindows:
                 windows.append(self._close(node, st, agg))
                 st.emits.append([agg.index, sample.seq, sample.ts_ms])
             agg, st.ids = PaneAgg(index), []
-        agg.expected = max(1, self.hop_ms // max(sample.interval_ms, 1))
+        agg.expected = max(1, hop // max(sample.interval_ms, 1))
         agg.add(sample.metrics, sample.input_ts_ms)
         st.ids.append(ident)
-        if self.pane_of(node, sample.ts_ms + sample.interval_ms) > index:
+        if (sample.ts_ms + sample.interval_ms - phase) // hop > index:
             windows.append(self._close(node, st, agg))
             st.emits.append([agg.index, sample.seq, sample.ts_ms])
             agg, st.ids = PaneAgg(index + 1), []
@@ -331,8 +371,15 @@ class NodeWindows:
             self._dirty[node] = []
         return "accepted", windows
 
-    def _close(self, node: str, st: _NodeState, agg: PaneAgg) -> _Pending:
+    def _close(self, node: str, st: _NodeState, agg: PaneAgg) -> _Pending | _Closing:
         slot = agg.index % RING
+        if self._closing is not None:
+            st.meta[slot] = (agg.index, agg.samples, agg.input_ts_ms, agg.expected)
+            self._dirty.setdefault(node, []).append(slot)
+            closing = _Closing(node, st, agg)
+            self._closing.append(closing)
+            self._closing_nodes.add(node)
+            return closing
         st.ring[slot] = agg.sums()
         st.meta[slot] = (agg.index, agg.samples, agg.input_ts_ms, agg.expected)
         if self.write_through:
@@ -342,6 +389,27 @@ class NodeWindows:
         pending = self._gather(node, agg.index)
         assert pending is not None  # agg has samples
         return pending
+
+    def _settle(self) -> None:
+        """Fold the panes closed so far in one pass, write them to their ring slots and gather their windows."""
+        closing = self._closing
+        if not closing:
+            return
+        self._closing = []
+        self._closing_nodes.clear()
+        try:
+            fold_panes([c.agg for c in closing])
+        except Exception:  # each pane's own fold below raises its error, for its sample
+            pass
+        for c in closing:
+            slot = c.agg.index % RING
+            try:
+                c.st.ring[slot] = c.agg.sums()
+            except Exception as exc:  # the pane stays empty; its sample is reported
+                c.st.meta[slot, _META_INDEX] = -1
+                c.error = f"{type(exc).__name__}: {exc}"
+                continue
+            c.pending = self._gather(c.node, c.agg.index)
 
     # -- persistence (write_through=False) ----------------------------------------------------
     @property
@@ -364,6 +432,10 @@ class NodeWindows:
         samples keep arriving.
         """
         count = 0
+        dirty, states = self._dirty, self._nodes
+        # the open panes' kept samples, folded together rather than one pane at a time in _open_record
+        fold_panes([st.open for node in nodes if node in dirty and (st := states.get(node)) is not None
+                    and st.open is not None])
         for node in nodes:
             slots = self._dirty.pop(node, None)
             st = self._nodes.get(node)

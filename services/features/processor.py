@@ -34,7 +34,7 @@ from services.runtime.batch_stream import Batch, BatchStream, Record
 from services.runtime.changelog import ensure_changelog, read_changelog
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import changelog_name
-from services.runtime.stream_trace import stage_span
+from services.runtime.stream_trace import quiet_stage, stage_span
 
 log = logging.getLogger(__name__)
 SERVICE = "features"
@@ -199,7 +199,11 @@ class FeaturesProcessor:
                 await self.sink.dead_letter_record(record, f"window {window.ts_ms} not published: {exc}",
                                                    "processing")
                 return
-        with stage_span(names.SPAN_FEATURES_WINDOW, record.headers, topic=record.topic, group=self.group,
-                        attributes={names.NODE_NAME: window.node}) as ctx:
-            await self.sink.send_encoded(OUT_TOPIC, window.node, encoded, ctx)
+        stage = quiet_stage(record.headers)
+        if stage is not None:  # no span processor (no OTLP endpoint): the ids only
+            await self.sink.send_quiet(OUT_TOPIC, window.node, encoded, stage)
+        else:
+            with stage_span(names.SPAN_FEATURES_WINDOW, record.headers, topic=record.topic, group=self.group,
+                            attributes={names.NODE_NAME: window.node}) as ctx:
+                await self.sink.send_encoded(OUT_TOPIC, window.node, encoded, ctx)
         self.emitted += 1

@@ -54,7 +54,7 @@ from services.runtime.model_watch import ModelWatcher
 from services.runtime.rollout_watch import RolloutWatcher
 from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id, changelog_name
-from services.runtime.stream_trace import stage_span
+from services.runtime.stream_trace import quiet_stage, stage_span
 from services.runtime.vector_batch import ScoredBatch, model_input, score_vectors
 
 log = logging.getLogger(__name__)
@@ -249,6 +249,11 @@ class RegimeProcessor:
 
     async def _send(self, event: Any, node: str, regime: str, confidence: float, encoded: bytes,
                     version: str, abstain: Sequence[str], headers: Headers | None = None) -> None:
+        stage = quiet_stage(headers_of(event))
+        if stage is not None:  # no span processor (no OTLP endpoint): only the ids matter, no attributes
+            await self.sink.send_quiet(OUT_TOPIC, node, encoded, stage, extra_headers=headers)
+            self.emitted += 1
+            return
         attrs: dict[str, Any] = {names.NODE_NAME: node, names.REGIME_LABEL: regime,
                                  names.REGIME_CONFIDENCE: confidence, names.MODEL_VERSION: version}
         if abstain:

@@ -136,7 +136,7 @@ class ChangelogState:
     async def drain(self) -> None:
         if self.pending:
             pending, self.pending = self.pending, []
-            await self.sink.changelog_many(self.topic, pending)
+            await self.sink.changelog_many(self.topic, superseded_dropped(pending))
 
     # -- StateHooks ---------------------------------------------------------------------------
     async def ensure(self, partitions: int) -> None:
@@ -154,6 +154,22 @@ class ChangelogState:
 
     async def checkpoint(self, *, spread_s: float = 0.0) -> None:
         await self.drain()
+
+
+def superseded_dropped(records: list[tuple[int, bytes, bytes]]) -> list[tuple[int, bytes, bytes]]:
+    """``records`` (partition, key, value) without those a later record of the same key and partition
+    replaces, in order.
+
+    Records queued together are sent together, before any input offset they cover is committed,
+    so a restore can only ever read the last of a key's (a compacted topic keeps no other either).
+    A drain (a backlog of several windows per node in one batch) writes each key once.
+    """
+    if len(records) < 2:
+        return records
+    last = {(partition, key): i for i, (partition, key, _) in enumerate(records)}
+    if len(last) == len(records):
+        return records
+    return [r for i, r in enumerate(records) if last[r[0], r[1]] == i]
 
 
 class StageStalledError(RuntimeError):

@@ -19,16 +19,17 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.producer.message_accumulator import BatchBuilder
 from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanContext
 
 from contracts import ContractError, decode, encode
 from contracts.base import Contract
-from contracts.headers import Headers, build_headers
+from contracts.headers import Headers, build_headers, headers_for_span, span_context_in
 from contracts.topics import DEADLETTER_TOPIC, topic_spec
 from services.runtime.deadletter import dead_letter
 from services.runtime.kafka_security import kafka_client_options
 from services.runtime.metrics import DEADLETTERS, MESSAGES_OUT
 from services.runtime.partitioning import default_partition
-from services.runtime.stream_trace import Publish, publish_span
+from services.runtime.stream_trace import Publish, publish_span, quiet_child, quiet_publish
 
 log = logging.getLogger(__name__)
 KEY_PARTITIONS_MAX = 200_000
@@ -120,6 +121,10 @@ class Sink:
         if not self.producer_spans:
             await self._append(base_topic, key, encode(value), ctx, None)
             return
+        quiet = quiet_publish(ctx)
+        if quiet is not None:  # as in send_encoded
+            await self._append(base_topic, key, encode(value), None, None, quiet)
+            return
         with publish_span(self._publish_of(base_topic), ctx) as out:  # the consumer continues from this span
             await self._append(base_topic, key, encode(value), out, None)
 
@@ -131,8 +136,27 @@ class Sink:
         if not self.producer_spans:
             await self._append(base_topic, key, value_bytes, ctx, extra_headers)
             return
+        quiet = quiet_publish(ctx)
+        if quiet is not None:  # no span processor: the producer span's ids only, straight into the headers
+            await self._append(base_topic, key, value_bytes, None, extra_headers, quiet)
+            return
         with publish_span(self._publish_of(base_topic), ctx) as out:
             await self._append(base_topic, key, value_bytes, out, extra_headers)
+
+    async def send_quiet(self, base_topic: str, key: str, value_bytes: bytes, stage: SpanContext, *,
+                         extra_headers: Headers | None = None) -> None:
+        """``send_encoded`` under the stage span whose context is ``stage`` (``stream_trace.quiet_stage``: no
+        span processor sees it): the producer span's ids go straight into the headers, no ``Context``
+        built; the same ids and header bytes as ``stage_span`` + ``send_encoded``."""
+        if not self.producer_spans:
+            await self._append(base_topic, key, value_bytes, None, extra_headers, stage)
+            return
+        out = quiet_child(stage)
+        if out is not None:
+            await self._append(base_topic, key, value_bytes, None, extra_headers, out)
+            return
+        with publish_span(self._publish_of(base_topic), span_context_in(stage)) as ctx:
+            await self._append(base_topic, key, value_bytes, ctx, extra_headers)
 
     def _publish_of(self, base_topic: str) -> Publish:
         publish = self._publish.get(base_topic)
@@ -141,13 +165,14 @@ class Sink:
         return publish
 
     async def _append(self, base_topic: str, key: str, value_bytes: bytes, ctx: otel_context.Context | None,
-                      extra_headers: Headers | None) -> None:
+                      extra_headers: Headers | None, span_context: SpanContext | None = None) -> None:
+        """Append one output; its trace context is ``span_context`` when given, else the span in ``ctx``."""
         target = self._targets.get(base_topic)
         if target is None:  # per output topic, not per output: the spec lookup and the prefixed name
             target = self._targets[base_topic] = (self.topic(base_topic), topic_spec(base_topic).schema)
         topic, schema = target
         key_bytes = key.encode()
-        headers = build_headers(schema, ctx)
+        headers = build_headers(schema, ctx) if span_context is None else headers_for_span(schema, span_context)
         if extra_headers:
             headers = [*headers, *extra_headers]
         if len(value_bytes) > DIRECT_ABOVE:

@@ -22,7 +22,7 @@ from types import TracebackType
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, NonRecordingSpan, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
 from contracts import telemetry as names
@@ -67,6 +67,16 @@ class _StageSpan:
         self._direct_span: fast.DirectSpan | None = None
 
     def __enter__(self) -> otel_context.Context:
+        links = self._links
+        direct = None if links else fast.view(tracer, producer=False)  # links: the SDK validates them
+        if direct is not None and not direct.processors:
+            # nothing would see the span (no OTLP endpoint): only its context matters, and that does
+            # not depend on the attributes, so they are not even gathered (docs/performance.md)
+            remote = remote_parent(self._headers)
+            if remote is not None:
+                if remote.trace_flags.sampled:
+                    return span_context_in(fast.child_of(direct, remote))
+                return span_context_in(fast.unsampled_child(direct, remote))
         attrs: dict[str, AttributeValue] = {
             _SYSTEM: "kafka",
             _OPERATION: "process",
@@ -75,8 +85,6 @@ class _StageSpan:
         }
         if self._attributes:
             attrs.update(self._attributes)  # caller attributes win, as before
-        links = self._links
-        direct = None if links else fast.view(tracer, producer=False)  # links: the SDK validates them
         if direct is not None and len(attrs) <= direct.max_attributes and fast.plain(attrs, self._attributes):
             remote = remote_parent(self._headers)
             if remote is not None:
@@ -184,6 +192,47 @@ class _PublishSpan:
                 self._span.record_exception(failed)
                 self._span.set_status(Status(StatusCode.ERROR, f"{type(failed).__name__}: {failed}"))
             self._span.end()
+
+
+def quiet_stage(headers: Sequence[tuple[str, bytes]] | None) -> SpanContext | None:
+    """The context of the stage span :func:`stage_span` would make for an input with ``headers`` when no
+    span processor would see the span (None: use :func:`stage_span`).
+
+    For the one output per input of a stage without an OTLP endpoint: with ``Sink.send_quiet`` the
+    stage span, the output's producer span and its headers are one step, with no ``Context`` or
+    span object in between (docs/performance.md). The ids are drawn as :func:`stage_span` draws them.
+    """
+    direct = fast.view(tracer, producer=False)
+    if direct is None or direct.processors:
+        return None
+    remote = remote_parent(headers)
+    if remote is None:  # no traceparent (a new root), or one only the propagator may read
+        made = fast.direct_context(direct, trace.get_current_span(extract_trace(headers)).get_span_context())
+        return None if made is None else made[0]
+    if remote.trace_flags.sampled:
+        return fast.child_of(direct, remote)
+    return fast.unsampled_child(direct, remote)
+
+
+def quiet_child(parent: SpanContext) -> SpanContext | None:
+    """The context of an output's PRODUCER span under the stage span ``parent`` when no span processor
+    would see the span (None: make it with :func:`publish_span`, e.g. under ``span_context_in(parent)``)."""
+    direct = fast.view(producer_tracer, producer=True)
+    if direct is None or direct.processors:
+        return None
+    made = fast.direct_context(direct, parent)
+    return None if made is None else made[0]
+
+
+def quiet_publish(ctx: otel_context.Context | None) -> SpanContext | None:
+    """The context of an output's PRODUCER span when no span processor would see the span (None: make
+    it with :func:`publish_span`).
+
+    Without processors (no OTLP endpoint) the span itself is never looked at, only the context its
+    ``traceparent`` carries: the child of the span in ``ctx`` (the stage span) drawn as
+    :func:`publish_span` draws it, without the ``with`` block and the context built around it.
+    """
+    return quiet_child(trace.get_current_span(ctx).get_span_context())
 
 
 def publish_span(publish: Publish, ctx: otel_context.Context | None) -> AbstractContextManager[otel_context.Context]:

@@ -113,7 +113,12 @@ def _processors_of(sdk: SdkTracer) -> tuple[Any, ...] | None:
 
 def _direct_for(sdk_or_proxy: trace.Tracer, cached: Direct | None) -> Direct | None:
     """The direct path's view of ``sdk_or_proxy``, or None when only the SDK's own path is exact."""
-    sdk: Any = sdk_or_proxy._tracer if isinstance(sdk_or_proxy, ProxyTracer) else sdk_or_proxy
+    kind = type(sdk_or_proxy)
+    # exact types first: isinstance against the ABC costs more than the rest of this check (per span)
+    proxy = kind is ProxyTracer or (kind is not SdkTracer and isinstance(sdk_or_proxy, ProxyTracer))
+    sdk: Any = sdk_or_proxy
+    if proxy:
+        sdk = sdk._tracer
     if type(sdk) is not SdkTracer:
         return None
     processors = _processors_of(sdk)
