@@ -169,7 +169,12 @@ def test_records_ok_and_unknown(model: ForecastModel) -> None:
         # a flat 20 % / 40 % node: the median forecast stays near it
         assert abs(r.quantiles[0].p50 - 0.2) < 0.05 and r.model_version == model.version
         assert r.window_end_ms % (STEP_S * 1000) == 0 and r.window_end_ms <= r.ts_ms
-    assert len(sink.changelog) == len(records)  # one history snapshot per closed bucket
+    # at most one history snapshot per closed bucket (the runtime may drop a key's superseded ones in a
+    # batch); the node's last one restores the history the stage holds now
+    assert 1 <= len(sink.changelog) <= len(records)
+    _, key, snapshot = sink.changelog[-1]
+    assert key == b"n1"
+    assert LoadHistory.from_snapshot(snapshot).last_closed == proc.state.histories["n1"].last_closed
 
 
 def test_unknown_reason_rules() -> None:
