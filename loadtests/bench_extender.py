@@ -8,19 +8,30 @@ Cases (rows in the project's benchmark format, times in ms):
   processes, which dominates wall-clock tails on a busy 2-core machine).
 - ``nodes=N,path=score`` — the pure scoring function alone on already-parsed names.
 - ``nodes=N,verb=filter`` — the filter handler in-process (10 % of nodes severe for the pod's class).
-- ``nodes=N,policy=learned`` — ``EXTENDER_POLICY=learned``: the prioritize handler and then the learned shadow
-  (``Shadow.observe``: Q-table scores of every candidate, compared with the heuristic's) back to back, i.e. the
-  CPU one call costs with the shadow on (the service runs the shadow right after sending the answer). The
-  shipped model (``models/placement``); per-node Q cached as in the service.
-  ``nodes=N,policy=learned,path=shadow`` is the shadow alone, ``...,path=shadow-cold`` with its cache emptied
-  before every call (every node's regime label or pods changed since the last call, or a model reload: the
-  worst case), ``...,path=shadow-churn`` with 5 % of the candidates changed since the previous call.
+- ``nodes=N,policy=learned`` — ``EXTENDER_POLICY=learned`` as the scheduler experiences it: prioritize calls
+  issued back to back through the server's handler on one event loop, in-process, with the shadow's worker
+  scoring them as the service runs it (in slices, giving way to calls being answered). Each call first lets
+  the loop run what is ready (the slice of shadow work under way when the call arrives), then is answered;
+  timed from arrival to answer (wall, and ``cpu_*`` the thread's CPU, which includes that slice). Calls come
+  faster than the shadow finishes, so most are replaced before being scored: ``shadow_scored_share`` is the
+  share scored. (Until issue 22's latency work this row was prioritize + a whole shadow back to back.)
+- ``nodes=N,policy=learned,path=shadow`` — the shadow's own cost per call (wall and CPU, all its slices, none
+  of the waits between), cache warm, after a prioritize (untimed) so the candidate list is freshly parsed as
+  in the service. ``...,path=shadow-churn``: 5 % of the candidates got a new regime label since the previous
+  call (the store's update untimed); ``...,path=shadow-reload``: another model object before every call (a
+  hot reload: every Q looked up again, each node's key parts kept); ``...,path=shadow-cold``: every node's
+  key parts forgotten before every call (as if every node changed: the worst case).
+- ``nodes=5000,policy=learned,path=slice`` — CPU of each slice of shadow work over the four cases above at
+  5,000 nodes (p50, p99, p100 = the largest): what an answer arriving during shadow work can wait for.
+  The shipped model (``models/placement``); every node 16 cores with 0–8 pods.
 - ``nodes=N,path=http`` — a full HTTP round trip over loopback to the extender's aiohttp server running in
   a separate process (like kube-scheduler → extender), keep-alive connection, client in this process.
-  ``nodes=N,path=http,policy=learned``: the same server with the learned shadow on (it runs after each
-  answer, so back-to-back calls also wait for the previous call's shadow).
+  ``nodes=N,path=http,policy=learned``: the same server with the learned shadow on (back-to-back calls wait
+  for at most the slice of shadow work under way).
 
-State: 90 % of the candidates have fresh regime/anomaly/risk, 5 % stale, 5 % unknown (not held).
+State: 90 % of the candidates have fresh regime/anomaly/risk, 5 % stale, 5 % unknown (not held); the
+extender's clock stands still during the run so that mix holds for every row (before, the fresh labels
+turned stale two minutes in, while the later rows ran).
 """
 
 from __future__ import annotations
@@ -36,12 +47,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
+from aiohttp import web
 
 from contracts.models import WORKLOAD_CLASSES, AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
-from featurelib.placement import load_placement_model
+from featurelib.placement import PlacementModel, load_placement_model
 from loadtests.arena_live.kube import stop_process
 from services.scheduler_extender.extender import Extender
 from services.scheduler_extender.podindex import PodIndex
@@ -70,25 +82,7 @@ def synthetic_store(nodes: int, now_ms: int, seed: int = 7) -> NodeStateStore:
             continue  # unknown
         ts = now_ms - (stale_ms if i % 20 == 18 else rnd.randrange(0, 30_000))
         name = node_name(i)
-        severe = i % 10 == 3
-        regime = "membw" if severe else rnd.choice(REGIMES)
-        interference = {c: round(1.0 + rnd.random() * 0.4, 3) for c in WORKLOAD_CLASSES}
-        if severe:
-            interference[POD_CLASS] = 2.0 + rnd.random()
-        store.apply(
-            RegimeLabelV2(
-                node=name,
-                ts_ms=ts,
-                regime=regime,
-                confidence=0.6 + rnd.random() * 0.4,
-                raw_regime=regime,
-                changed=False,
-                interference=interference,
-                model_version="bench",
-                input_ts_ms=ts,
-            ),
-            now_ms,
-        )
+        store.apply(regime_label(name, ts, rnd, severe=i % 10 == 3), now_ms)
         store.apply(
             AnomalyScore(
                 node=name,
@@ -113,6 +107,25 @@ def synthetic_store(nodes: int, now_ms: int, seed: int = 7) -> NodeStateStore:
             now_ms,
         )
     return store
+
+
+def regime_label(name: str, ts_ms: int, rnd: random.Random, *, severe: bool = False) -> RegimeLabelV2:
+    """A regime label with random interference (severe: over the SLO for memory_bound)."""
+    regime = "membw" if severe else rnd.choice(REGIMES)
+    interference = {c: round(1.0 + rnd.random() * 0.4, 3) for c in WORKLOAD_CLASSES}
+    if severe:
+        interference[POD_CLASS] = 2.0 + rnd.random()
+    return RegimeLabelV2(
+        node=name,
+        ts_ms=ts_ms,
+        regime=regime,
+        confidence=0.6 + rnd.random() * 0.4,
+        raw_regime=regime,
+        changed=False,
+        interference=interference,
+        model_version="bench",
+        input_ts_ms=ts_ms,
+    )
 
 
 def pod_json(name: str = "bench-pod", workload_class: str = POD_CLASS) -> dict[str, Any]:
@@ -205,8 +218,10 @@ def rows(
 async def _serve(nodes: int, policy: str = "heuristic") -> None:
     from services.scheduler_extender.server import ExtenderServer
 
-    store = synthetic_store(nodes, int(time.time() * 1000))
-    extender = Extender(store, class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound")
+    now_ms = int(time.time() * 1000)
+    store = synthetic_store(nodes, now_ms)
+    # the clock stands still: the state keeps its mix (fresh / stale / unknown) however long the run takes
+    extender = Extender(store, class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound", clock=lambda: now_ms / 1000)
     shadow = synthetic_shadow(store, nodes) if policy == "learned" else None
     server = ExtenderServer(extender, host="127.0.0.1", port=0, shadow=shadow)
     await server.start()
@@ -264,7 +279,9 @@ def run_extender_bench(quick: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     now_ms = int(time.time() * 1000)
     store = synthetic_store(max(SIZES), now_ms)
-    extender = Extender(store, class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound")
+    # the clock stands still: without it the fresh labels (0-30 s old) turn stale two minutes in, while the
+    # later rows run, and those rows pay for re-evaluating cards and rebuilding learned key parts
+    extender = Extender(store, class_key=DEFAULT_CLASS_KEY, default_class="cpu_bound", clock=lambda: now_ms / 1000)
     ci = CLASS_INDEX[POD_CLASS]
     gc.collect()
     gc.freeze()  # as the service does once its state is loaded (undone below)
@@ -311,34 +328,126 @@ def synthetic_shadow(store: NodeStateStore, nodes: int, seed: int = 11) -> Shado
 def _shadow_rows(store: NodeStateStore, extender: Extender, iterations: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     shadow = synthetic_shadow(store, max(SIZES))
+    gc.collect()
+    gc.freeze()  # the pod index too, as the service does once the state and the pods/nodes lists are loaded
+    model = shadow.model()
+    assert model is not None
+    slices: list[float] = []
     for n in SIZES:
         body = args_body([node_name(i) for i in range(n)])
-        _, ex = extender.prioritize(body)
-
-        def both(body: bytes = body) -> None:
-            shadow.observe(extender.prioritize(body)[1])
-
-        wall, cpu = measure(both, iterations)
-        out += rows(f"nodes={n},policy=learned", wall) + rows(f"nodes={n},policy=learned", cpu, metric="cpu")
-        wall, _ = measure(lambda ex=ex: shadow.observe(ex), iterations)  # type: ignore[misc]
-        out += rows(f"nodes={n},policy=learned,path=shadow", wall)
-
-        def cold(ex: Any = ex) -> None:
-            shadow.scorer.reset()
-            shadow.observe(ex)
-
-        wall, _ = measure(cold, max(20, iterations // 10))
-        out += rows(f"nodes={n},policy=learned,path=shadow-cold", wall)
+        out += asyncio.run(_answers_with_shadow(extender, shadow, body, n, iterations))
         rnd = random.Random(n)
 
-        def churn(ex: Any = ex, names: list[str] = ex.nodes, rnd: random.Random = rnd) -> None:
-            for name in rnd.sample(names, len(names) // 20):
-                shadow.scorer.invalidate(name)
-            shadow.observe(ex)
+        def churn(n: int = n, rnd: random.Random = rnd) -> None:
+            _relabel(store, rnd.sample(range(n), n // 20), rnd, int(extender.clock() * 1000))
 
-        wall, _ = measure(churn, iterations)
-        out += rows(f"nodes={n},policy=learned,path=shadow-churn", wall)
+        cases: dict[str, Callable[[], None]] = {
+            "shadow": lambda: None,
+            # 5 % of the candidates got a new regime label since the previous call (the store's update untimed)
+            "shadow-churn": churn,
+            # a model reload (another table object): every Q looked up again, key parts kept
+            "shadow-reload": lambda: setattr(shadow, "model", _copy_of(model)),
+            # every node's key parts forgotten (as if every node changed): the worst case
+            "shadow-cold": shadow.scorer.reset,
+        }
+        for path, prepare in cases.items():
+            runs = {"shadow-cold": max(20, iterations // 10), "shadow-churn": max(20, iterations // 4)}.get(
+                path, iterations
+            )
+            wall, cpu, per_slice = _shadow_calls(extender, shadow, body, prepare, runs)
+            shadow.model = lambda: model
+            case = f"nodes={n},policy=learned,path={path}"
+            out += rows(case, wall) + rows(case, cpu, metric="cpu")
+            if n == max(SIZES):
+                slices += per_slice
+    out += rows(f"nodes={max(SIZES)},policy=learned,path=slice", slices, metric="cpu", quantiles=(50, 99, 100))
     return out
+
+
+def _copy_of(model: PlacementModel) -> Callable[[], PlacementModel]:
+    fresh = PlacementModel(model.features, model.values, model.counts, model.alpha_min)
+    return lambda: fresh
+
+
+def _relabel(store: NodeStateStore, nodes: list[int], rnd: random.Random, now_ms: int) -> None:
+    for i in nodes:
+        if i % 20 != 19:  # the never-seen nodes stay unknown
+            store.apply(regime_label(node_name(i), now_ms, rnd, severe=i % 10 == 3), now_ms)
+
+
+def _shadow_calls(
+    extender: Extender, shadow: Shadow, body: bytes, prepare: Callable[[], None], runs: int
+) -> tuple[list[float], list[float], list[float]]:
+    """The shadow's own cost per prioritize call, as its worker runs it (in slices, without the waits between):
+    wall and CPU per call, and the CPU of every slice (what an answer arriving meanwhile can wait for)."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    per_slice: list[float] = []
+    for k in range(runs + 5):
+        prepare()
+        _, ex = extender.prioritize(body)  # untimed: a freshly parsed candidate list, as in the service
+        steps = shadow.slices_of(ex)
+        c0, w0, total = time.thread_time_ns(), time.perf_counter_ns(), 0
+        while True:
+            s0 = time.thread_time_ns()
+            try:
+                next(steps)
+            except StopIteration:
+                break
+            finally:
+                total += 1
+                if k >= 5:
+                    per_slice.append((time.thread_time_ns() - s0) / 1e6)
+        if k >= 5:  # the first calls warm the caches
+            wall.append((time.perf_counter_ns() - w0) / 1e6)
+            cpu.append((time.thread_time_ns() - c0) / 1e6)
+    return wall, cpu, per_slice
+
+
+class _Request:
+    """What the extender's handler reads of an aiohttp request."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.headers: dict[str, str] = {}
+
+    async def read(self) -> bytes:
+        return self.body
+
+
+async def _answers_with_shadow(
+    extender: Extender, shadow: Shadow, body: bytes, n: int, iterations: int
+) -> list[dict[str, Any]]:
+    """Prioritize calls back to back through the server's handler on one event loop, the shadow's worker
+    scoring them as the service does: each call first lets the loop run what is ready (a slice of shadow work
+    under way when the call arrives), then is answered. Time from arrival to answer, wall and thread CPU."""
+    from services.scheduler_extender.server import ExtenderServer
+
+    server = ExtenderServer(extender, host="127.0.0.1", port=0, shadow=shadow)
+    (handle,) = [
+        r.handler
+        for r in server.app.router.routes()
+        if r.method == "POST" and r.resource is not None and r.resource.canonical == "/prioritize"
+    ]
+    request = cast(web.Request, _Request(body))
+    counts = dict(shadow.counts)
+    wall: list[float] = []
+    cpu: list[float] = []
+    for k in range(iterations + 20):
+        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+        await asyncio.sleep(0)  # the call arrives: what the loop has ready runs first
+        response = await handle(request)
+        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        if response.status != 200:
+            raise RuntimeError(f"prioritize answered {response.status}")
+        if k >= 20:
+            wall.append((w1 - w0) / 1e6)
+            cpu.append((c1 - c0) / 1e6)
+    await shadow.drained()
+    case = f"nodes={n},policy=learned"
+    scored = sum(shadow.counts[k] - counts[k] for k in ("true", "false"))
+    share = {"bench": BENCH, "case": case, "metric": "shadow_scored_share", "unit": "ratio"}
+    return [*rows(case, wall), *rows(case, cpu, metric="cpu"), {**share, "value": round(scored / (iterations + 20), 4)}]
 
 
 def _in_process_rows(

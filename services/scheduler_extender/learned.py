@@ -6,22 +6,25 @@ trains with (issue 22): the pod's class and CPU request, the node's regime label
 (``podindex``). A node whose allocatable is not known yet gets no Q (``None``) and takes no part in the
 learned choice.
 
-:func:`learned_scores` is the reference; :class:`LearnedScorer` gives the same numbers with each node's Q
-cached until its regime label, its freshness, its pods or the model change, so 5,000 candidates cost one
-vectorised lookup rather than 5,000 key builds (the 5 ms budget of a scheduler call).
+:func:`learned_scores` is the reference; :class:`LearnedScorer` gives the same numbers with each node's key
+parts cached as small integer codes until its regime label, its freshness or its pods change, and the Q of
+each code combination cached per model, so 5,000 warm candidates cost a few numpy gathers rather than 5,000
+key builds, and :meth:`LearnedScorer.steps` does the rebuilds in slices that an event loop can interleave
+with answering the scheduler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from contracts.models import WORKLOAD_CLASSES
 from featurelib.placement import CLASS_INDEX, REQ_EDGES, PlacementModel, fill_part, regime_part
 from featurelib.placement import state_key as _state_key
+from services.scheduler_extender.nodeids import NodeIds
 from services.scheduler_extender.podindex import NodePods
 from services.scheduler_extender.scoring import RegimeIn
 
@@ -29,6 +32,16 @@ TIE = 1e-12
 MEMO_MAX = 100_000
 """Key parts memoised (by regime label content and by node fill); cleared when larger."""
 _REQ = np.asarray(REQ_EDGES)
+_BINS = len(REQ_EDGES) + 1
+TODO = -1
+"""A node's key part code still to build."""
+UNKNOWN = -2
+"""Fill code of a node whose allocatable is not known (no Q)."""
+MAX_ROUNDS = 3
+"""Sliced passes of rebuilds and lookups (what was invalidated during one is redone in the next); then one
+pass that does not yield."""
+LOOKUPS_PER_FILL = 4
+"""Q-table lookups of new combinations per key-part rebuild in a slice (a lookup is ~4x cheaper)."""
 
 
 class PodIn(NamedTuple):
@@ -62,66 +75,89 @@ def learned_scores(
     return out
 
 
-class LearnedScorer:
-    """:func:`learned_scores` over the extender's packed state, with each node's Q cached.
+class IdsRenumberedError(RuntimeError):
+    """The node ids were renumbered while a sliced scoring was in flight: its ids mean other nodes now."""
 
-    A node's Q per (pod class, request bin) is computed on first use and kept until :meth:`invalidate`
-    (its regime label or its pods changed: the store and the pod index call it), until its regime label
-    turns stale, or until another model is passed. A call is then one vectorised lookup over the candidates;
-    only the changed nodes cost a key build.
+
+class LearnedScorer:
+    """:func:`learned_scores` over the extender's packed state, with each node's key parts cached as codes.
+
+    Per node id (:class:`NodeIds`, shared with the store): the code of its fill part (pods, allocatable) and
+    of its regime part per class, kept until :meth:`invalidate_pods` / :meth:`invalidate_regime` (the pod
+    index and the store call them) or until its label turns stale. The Q of a (class, request bin, regime
+    code, fill code) combination is looked up once per model in a dense table, so a warm call is a few
+    numpy gathers over the candidates, a changed node costs one part's rebuild, and a model reload costs
+    one lookup per distinct combination (a few hundred) rather than 5,000 key builds.
     """
 
-    def __init__(self, staleness_ms: int) -> None:
+    def __init__(self, staleness_ms: int, ids: NodeIds | None = None) -> None:
         self.staleness_ms = staleness_ms
-        self._ids: dict[str, int] = {}
+        self.ids = ids if ids is not None else NodeIds()
+        self._epoch = self.ids.epoch
         self._model: PlacementModel | None = None
-        self._alloc_cpu = np.zeros(0)  # 0: the node is unknown (no Q)
-        self._q = np.zeros((0, len(CLASS_INDEX), len(REQ_EDGES) + 1))
-        self._ok = np.zeros((0, len(CLASS_INDEX)), dtype=bool)
-        self._expires = np.zeros(0)  # when the node's fresh label turns stale (ms; inf: never)
-        self._fills: dict[tuple[NodePods, str], str] = {}
-        self._regime_parts: dict[tuple[Any, int], str] = {}
+        self._features: str | None = None
+        self._rparts: dict[str, int] = {}
+        self._rnames: list[str] = []
+        self._fparts: dict[str, int] = {}
+        self._fnames: list[str] = []
+        self._fill_memo: dict[NodePods, int] = {}
+        # Q per (class, request bin, regime code, fill code), valid where its generation is the model's: a
+        # reload bumps the generation instead of clearing megabytes on the event loop
+        self._qt = np.zeros((len(CLASS_INDEX), _BINS, 0, 0))
+        self._qgen = np.zeros(self._qt.shape, dtype=np.int64)
+        self._gen = 0
+        self.reset()
 
-    def invalidate(self, node: str) -> None:
-        i = self._ids.get(node)
-        if i is not None:
-            self._ok[i] = False
+    # ------------------------------------------------------------------ cache state
 
     def reset(self) -> None:
-        self._ids.clear()
-        self._grow(0)
+        """Forget every node's codes (as if every node changed); the Q table of the model is kept."""
+        self._alloc = np.zeros(0)  # allocatable milli-CPU (0: the node is unknown)
+        self._fcode = np.zeros(0, dtype=np.int32)  # fill part code; TODO / UNKNOWN
+        self._rcode = np.zeros((0, len(CLASS_INDEX)), dtype=np.int32)  # regime part code per class; TODO
+        self._expires = np.zeros(0)  # when the fresh label the regime codes came from turns stale (ms)
 
-    def forget(self, keep: Mapping[str, NodePods]) -> None:
-        """Start afresh once most cached nodes are gone (the cache grows with every node name ever seen)."""
-        if len(self._ids) > 2 * len(keep) + 1000:
-            self.reset()
+    def invalidate(self, node: str) -> None:
+        self.invalidate_regime(node)
+        self.invalidate_pods(node)
+
+    def invalidate_regime(self, node: str) -> None:
+        i = self.ids.peek(node)
+        if 0 <= i < len(self._rcode):
+            self._rcode[i] = TODO
+
+    def invalidate_pods(self, node: str) -> None:
+        i = self.ids.peek(node)
+        if 0 <= i < len(self._fcode):
+            self._fcode[i] = TODO
 
     def _grow(self, n: int) -> None:
-        size = max(n, 2 * len(self._alloc_cpu)) if n > len(self._alloc_cpu) else n
-        old = len(self._alloc_cpu) if n > len(self._alloc_cpu) else 0
-        alloc, q, ok, expires = (
-            np.zeros(size),
-            np.zeros((size, *self._q.shape[1:])),
-            np.zeros((size, self._ok.shape[1]), dtype=bool),
-            np.full(size, np.inf),
-        )
-        alloc[:old], q[:old], ok[:old], expires[:old] = (
-            self._alloc_cpu[:old],
-            self._q[:old],
-            self._ok[:old],
-            self._expires[:old],
-        )
-        self._alloc_cpu, self._q, self._ok, self._expires = alloc, q, ok, expires
+        size = len(self._fcode)
+        if n <= size:
+            return
+        new = max(n, 2 * size, 1024)
+        alloc, fcode = np.zeros(new), np.full(new, TODO, dtype=np.int32)
+        rcode, expires = np.full((new, len(CLASS_INDEX)), TODO, dtype=np.int32), np.full(new, np.inf)
+        alloc[:size], fcode[:size], rcode[:size], expires[:size] = self._alloc, self._fcode, self._rcode, self._expires
+        self._alloc, self._fcode, self._rcode, self._expires = alloc, fcode, rcode, expires
 
-    def _index(self, names: Sequence[str]) -> np.ndarray:
-        ids = np.fromiter(map(self._ids.get, names, repeat(-1)), dtype=np.int64, count=len(names))
-        new = np.flatnonzero(ids < 0)
-        if len(new):
-            for k in new:
-                ids[k] = self._ids.setdefault(names[int(k)], len(self._ids))
-            if len(self._ids) > len(self._alloc_cpu):
-                self._grow(len(self._ids))
-        return ids
+    def _sync(self, model: PlacementModel) -> None:
+        if self.ids.epoch != self._epoch:
+            self._epoch = self.ids.epoch
+            self.reset()
+        if model.features != self._features:
+            self._features = model.features
+            self._fparts.clear()
+            self._fnames.clear()
+            self._fill_memo.clear()
+            self._fcode[:] = TODO
+            self._model = None
+        if model is not self._model:
+            self._model = model
+            self._gen += 1
+        self._grow(len(self.ids))
+
+    # ------------------------------------------------------------------ scoring
 
     def scores(
         self,
@@ -133,88 +169,172 @@ class LearnedScorer:
         now_ms: int,
     ) -> np.ndarray:
         """Q per candidate (NaN: the node is unknown). ``regime_of``: the packed ``RegimeIn`` the store holds."""
-        if model is not self._model:
-            self._ok[:] = False
-            self._model = model
+        steps = self.steps(pod, names, self.ids.of(names), regime_of, node_pods, model, now_ms)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: np.ndarray = done.value
+                return result
+
+    def steps(
+        self,
+        pod: PodIn,
+        names: Sequence[str],
+        ids: np.ndarray,
+        regime_of: Callable[[str], tuple[Any, ...] | None],
+        node_pods: Mapping[str, NodePods],
+        model: PlacementModel,
+        now_ms: int,
+        *,
+        slice_fills: int = 0,
+    ) -> Generator[None, None, np.ndarray]:
+        """:meth:`scores` in slices: yields after every ``slice_fills`` key-part rebuilds and every
+        ``LOOKUPS_PER_FILL * slice_fills`` Q-table lookups (0: no limit), so a caller on an event loop can
+        answer requests in between. The vectorised passes over the candidates (which nodes need a rebuild;
+        the Q gather) are not split: one costs ~0.1-0.2 ms at 5,000 nodes, and splitting them multiplies
+        numpy's per-call overhead. State may change between slices: nodes invalidated meanwhile are rebuilt by
+        the next pass; a renumbering of the node ids raises :class:`IdsRenumberedError`."""
+        epoch = self.ids.epoch
         ci = CLASS_INDEX[pod.workload_class]
-        ids = self._index(names)
-        expired = ids[self._expires[ids] <= now_ms]
+        for rounds in range(1, MAX_ROUNDS + 2):
+            last = rounds > MAX_ROUNDS  # no more yields: whatever changed meanwhile is rebuilt now
+            self._sync(model)
+            miss = self._misses(ids, ci, now_ms)
+            if len(miss):
+                step = len(miss) if last or not slice_fills else slice_fills
+                if step < len(miss):  # the pass that found them was a slice's worth of work already
+                    yield from self._pause(epoch, model)
+                for start in range(0, len(miss), step):
+                    todo = miss[start : start + step]
+                    self._fill(ids[todo], [names[k] for k in todo.tolist()], ci, regime_of, node_pods, now_ms)
+                    if step < len(miss):
+                        yield from self._pause(epoch, model)
+                if not last:
+                    continue  # nodes invalidated during those slices are found by the next pass
+            q, combos = self._lookup(ids, ci, pod.milli_cpu)
+            if not combos:
+                return q
+            step = len(combos) if last or not slice_fills else LOOKUPS_PER_FILL * slice_fills
+            if step < len(combos):
+                yield from self._pause(epoch, model)
+            for start in range(0, len(combos), step):
+                self._set_q(ci, combos[start : start + step], model)
+                if step < len(combos):
+                    yield from self._pause(epoch, model)
+            if last:
+                return self._lookup(ids, ci, pod.milli_cpu)[0]
+        raise AssertionError("unreachable: the last round returns")
+
+    def _pause(self, epoch: int, model: PlacementModel) -> Generator[None, None, None]:
+        """Give the caller a turn; state may change meanwhile (ids renumbered: stop; another model: resync)."""
+        yield
+        if self.ids.epoch != epoch:
+            raise IdsRenumberedError(f"node ids renumbered (epoch {epoch} -> {self.ids.epoch})")
+        self._sync(model)
+
+    def _misses(self, part: np.ndarray, ci: int, now_ms: int) -> np.ndarray:
+        expired = part[self._expires[part] <= now_ms]
         if len(expired):
-            self._ok[expired] = False
-        miss = np.flatnonzero(~self._ok[ids, ci])
-        if len(miss):
-            self._fill(
-                ids[miss],
-                [names[k] for k in miss.tolist()],
-                ci,
-                pod.workload_class,
-                regime_of,
-                node_pods,
-                model,
-                now_ms,
-            )
-        alloc = self._alloc_cpu[ids]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            req = np.searchsorted(_REQ, pod.milli_cpu / alloc, side="right")  # featurelib's bin_of, vectorised
-        q: np.ndarray = self._q[ids, ci, np.minimum(req, len(REQ_EDGES))]
-        q[alloc <= 0] = np.nan
-        return q
+            self._rcode[expired] = TODO
+            self._expires[expired] = np.inf
+        fcode = self._fcode[part]
+        return np.flatnonzero((fcode == TODO) | ((fcode != UNKNOWN) & (self._rcode[part, ci] == TODO)))
 
     def _fill(
         self,
         ids: np.ndarray,
         names: list[str],
         ci: int,
-        workload_class: str,
         regime_of: Callable[[str], tuple[Any, ...] | None],
         node_pods: Mapping[str, NodePods],
-        model: PlacementModel,
         now_ms: int,
     ) -> None:
-        """Compute the Q of the given nodes for one class (every request bin), then store them in one go."""
-        values, default, features, staleness = model.values, model.default, model.features, self.staleness_ms
-        fills, regimes = self._fills, self._regime_parts
+        """Rebuild the missing key parts of the given nodes for one class, then store the codes in one go."""
+        features, staleness, workload_class = self._features or "extender", self.staleness_ms, WORKLOAD_CLASSES[ci]
+        fills = self._fill_memo
         if len(fills) > MEMO_MAX:
             fills.clear()
-        if len(regimes) > MEMO_MAX:
-            regimes.clear()
-        bins = range(len(REQ_EDGES) + 1)
-        alloc: list[float] = []
-        expires: list[float] = []
-        qs: list[list[float]] = []
-        for name in names:
-            ctx = node_pods.get(name)
-            if ctx is None:
-                alloc.append(0.0)
-                expires.append(np.inf)
-                qs.append([np.nan] * len(bins))
+        absent = _code(self._rparts, self._rnames, regime_part(None, workload_class))
+        fcodes: list[int] = self._fcode[ids].tolist()
+        rcodes: list[int] = self._rcode[ids, ci].tolist()
+        alloc: list[float] = self._alloc[ids].tolist()
+        expires: list[float] = self._expires[ids].tolist()
+        for k, name in enumerate(names):
+            if fcodes[k] == TODO:
+                ctx = node_pods.get(name)
+                if ctx is None:
+                    fcodes[k], alloc[k] = UNKNOWN, 0.0
+                    continue
+                code = fills.get(ctx)
+                if code is None:
+                    part = fill_part(
+                        requested_milli_cpu=ctx.requested_milli_cpu,
+                        allocatable_milli_cpu=ctx.allocatable_milli_cpu,
+                        requested_memory=ctx.requested_memory,
+                        allocatable_memory=ctx.allocatable_memory,
+                        pods=ctx.pods,
+                        resident_classes=ctx.classes,
+                        features=features,
+                    )
+                    code = fills[ctx] = _code(self._fparts, self._fnames, part)
+                fcodes[k], alloc[k] = code, float(ctx.allocatable_milli_cpu)
+            elif fcodes[k] == UNKNOWN:
                 continue
-            regime = regime_of(name)
-            fresh = regime is not None and now_ms - regime[0] <= staleness
-            memo = (regime[1:4] if fresh and regime is not None else None, ci)
-            rpart = regimes.get(memo)
-            if rpart is None:
-                label = RegimeIn._make(regime) if fresh and regime is not None else None
-                rpart = regimes[memo] = regime_part(label, workload_class)
-            fill = fills.get((ctx, features))
-            if fill is None:
-                fill = fills[(ctx, features)] = fill_part(
-                    requested_milli_cpu=ctx.requested_milli_cpu,
-                    allocatable_milli_cpu=ctx.allocatable_milli_cpu,
-                    requested_memory=ctx.requested_memory,
-                    allocatable_memory=ctx.allocatable_memory,
-                    pods=ctx.pods,
-                    resident_classes=ctx.classes,
-                    features=features,
-                )
-            # the key as featurelib.placement.state_key builds it: pod part (class, request bin), then the node's
-            qs.append([values.get(f"{ci}|{req}|{rpart}|{fill}", default) for req in bins])
-            alloc.append(ctx.allocatable_milli_cpu)
-            expires.append(regime[0] + staleness + 1 if fresh and regime is not None else np.inf)
-        self._ok[ids, ci] = True
-        self._alloc_cpu[ids] = alloc
+            if rcodes[k] == TODO:
+                regime = regime_of(name)
+                if regime is not None and now_ms - regime[0] <= staleness:
+                    # labels carry per-node floats: a memo keyed by their content rarely hits and costs a hash
+                    part = regime_part(RegimeIn._make(regime), workload_class)
+                    rcodes[k] = _code(self._rparts, self._rnames, part)
+                    expires[k] = regime[0] + staleness + 1
+                else:
+                    rcodes[k], expires[k] = absent, np.inf
+        self._fcode[ids] = fcodes
+        self._rcode[ids, ci] = rcodes
+        self._alloc[ids] = alloc
         self._expires[ids] = expires
-        self._q[ids, ci] = qs
+
+    def _lookup(self, ids: np.ndarray, ci: int, milli_cpu: int) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+        """Q of each node (codes all built; NaN: unknown node) and the (request bin, regime code, fill code)
+        combinations not looked up yet under this model (while there are any, the Qs are not all valid)."""
+        fcode, rcode, alloc = self._fcode[ids], self._rcode[ids, ci], self._alloc[ids]
+        known = fcode >= 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            req = np.minimum(np.searchsorted(_REQ, milli_cpu / alloc, side="right"), _BINS - 1)  # bin_of, vectorised
+        rc, fc = np.where(known, rcode, 0), np.where(known, fcode, 0)
+        r_size, f_size = self._qt.shape[2:]
+        if r_size < len(self._rnames) or f_size < len(self._fnames):
+            shape = (*self._qt.shape[:2], max(r_size, len(self._rnames) + 32), max(f_size, len(self._fnames) + 32))
+            qt, qgen = np.zeros(shape), np.zeros(shape, dtype=np.int64)
+            qt[:, :, :r_size, :f_size], qgen[:, :, :r_size, :f_size] = self._qt, self._qgen
+            self._qt, self._qgen = qt, qgen
+        q: np.ndarray = self._qt[ci, req, rc, fc]
+        missing = known & (self._qgen[ci, req, rc, fc] != self._gen)
+        combos: list[tuple[int, int, int]] = []
+        if missing.any():  # distinct combinations, vectorised (after a reload every candidate is missing)
+            r_size, f_size = self._qt.shape[2:]
+            seen = np.zeros(_BINS * r_size * f_size, dtype=bool)  # a few thousand cells: cheaper than np.unique
+            seen[(req[missing] * r_size + rc[missing]) * f_size + fc[missing]] = True
+            flat = np.flatnonzero(seen)
+            combos = list(zip(*(a.tolist() for a in np.unravel_index(flat, (_BINS, r_size, f_size))), strict=True))
+        q[~known] = np.nan
+        return q, combos
+
+    def _set_q(self, ci: int, combos: list[tuple[int, int, int]], model: PlacementModel) -> None:
+        values, default, rnames, fnames = model.values, model.default, self._rnames, self._fnames
+        for r, b, f in combos:
+            # the key as featurelib.placement.state_key builds it: pod part (class, request bin), then the node's
+            self._qt[ci, r, b, f] = values.get(f"{ci}|{r}|{rnames[b]}|{fnames[f]}", default)
+            self._qgen[ci, r, b, f] = self._gen
+
+
+def _code(codes: dict[str, int], names: list[str], part: str) -> int:
+    code = codes.get(part)
+    if code is None:
+        code = codes[part] = len(names)
+        names.append(part)
+    return code
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,9 @@ def scoring_config(s: ExtenderSettings) -> ScoringConfig:
         forecast_busy=s.forecast_busy,
         forecast_saturated=s.forecast_saturated,
         forecast_staleness_ms=int(s.forecast_staleness_s * 1000),
+        weight_corunner=s.weight_corunner,
+        score_confidence=s.score_confidence,
+        latency_sensitive_classes=tuple(s.latency_sensitive_classes),
     )
 
 
@@ -70,19 +73,28 @@ def build(settings: ExtenderSettings) -> tuple[Extender, ExtenderServer, StateRe
 
 
 async def sweep(store: NodeStateStore, stop: asyncio.Event) -> None:
-    """Recompute cards whose inputs went stale, off the request path."""
+    """Recompute cards whose inputs went stale, off the request path; renumber node ids once most are gone."""
+    last_compact = time.monotonic()
     while not stop.is_set():
         await pause(stop, SWEEP_S)
         store.refresh_expired(int(time.time() * 1000))
+        if time.monotonic() - last_compact >= FORGET_S:
+            last_compact = time.monotonic()
+            if store.compact_ids():
+                log.info("node ids renumbered: %d held", len(store.node_ids))
 
 
-async def freeze_after_catch_up(reader: StateReader) -> None:
+async def freeze_after_catch_up(reader: StateReader, *loaded: asyncio.Event) -> None:
     """Move what exists once the state is loaded (libraries, settings, server) out of the cyclic GC's sight.
 
     A full collection then walks only objects made later; the per-node state itself is plain tuples the
-    collector untracks (see state.py). Both keep collector pauses off the scheduler's calls.
+    collector untracks (see state.py). Both keep collector pauses off the scheduler's calls. ``loaded``: more
+    state to wait for (the learned shadow's pods/nodes lists: ~10 dicts and tuples per pod at 5,000 nodes,
+    which a full collection would otherwise walk, landing a pause in a shadow slice or on an answer).
     """
     await reader.caught_up.wait()
+    for event in loaded:
+        await event.wait()
     gc.collect()
     gc.freeze()
     log.info("gc: %d objects frozen after the state catch-up", gc.get_freeze_count())
@@ -91,20 +103,18 @@ async def freeze_after_catch_up(reader: StateReader) -> None:
 def load_placement(version_dir: Path) -> PlacementModel:
     """A placement model version for the ModelWatcher (refused, not crashed, when unreadable)."""
     try:
-        return PlacementModel.from_json((version_dir / TABLE_FILE).read_bytes())
+        model = PlacementModel.from_json((version_dir / TABLE_FILE).read_bytes())
+        model.default  # noqa: B018 (the unseen-state Q, a mean over the table: computed here, not in a shadow slice)
+        return model
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelRefusedError(f"{version_dir / TABLE_FILE}: not a usable placement Q-table ({exc})") from None
 
 
-async def forget_gone(shadow: Shadow, stop: asyncio.Event) -> None:
-    while not await pause(stop, FORGET_S):
-        shadow.scorer.forget(shadow.index.view)
-
-
 async def start_shadow(
     settings: ExtenderSettings, extender: Extender, server: ExtenderServer, stop: asyncio.Event, health: HealthServer
-) -> list[asyncio.Task[None]]:
-    """The learned policy in shadow: its model (hot reloaded), the pods/nodes watch, the server's hook."""
+) -> tuple[list[asyncio.Task[None]], asyncio.Event]:
+    """The learned policy in shadow: its model (hot reloaded), the pods/nodes watch, the server's hook; the
+    tasks, and the event set once the watch has listed pods and nodes."""
     from services.runtime.kube_client import api_client
     from services.scheduler_extender.kube import ClusterWatch
 
@@ -133,25 +143,29 @@ async def start_shadow(
             await api.close()
 
     log.info("policy learned (shadow): model %s; the heuristic answers every call", models.version_dir.name)
-    return [
+    tasks = [
         asyncio.create_task(models.run(stop), name="placement-model"),
         asyncio.create_task(run_watch(stop), name="cluster-watch"),
-        asyncio.create_task(forget_gone(shadow, stop), name="shadow-forget"),
     ]
+    return tasks, watch.synced
 
 
 async def body(settings: ExtenderSettings, stop: asyncio.Event, health: HealthServer) -> None:
     extender, server, reader = build(settings)
     health.add_check("http", lambda: server.running)
     health.add_check("state_caught_up", reader.caught_up.is_set)
-    shadow_tasks = await start_shadow(settings, extender, server, stop, health) if settings.policy == "learned" else []
+    shadow_tasks: list[asyncio.Task[None]] = []
+    loaded: list[asyncio.Event] = []
+    if settings.policy == "learned":
+        shadow_tasks, synced = await start_shadow(settings, extender, server, stop, health)
+        loaded.append(synced)
     await server.start()
     tasks = [
         asyncio.create_task(reader.run(stop), name="state-reader"),
         asyncio.create_task(sweep(extender.store, stop), name="sweeper"),
         *shadow_tasks,
     ]
-    freezer = asyncio.create_task(freeze_after_catch_up(reader), name="gc-freeze")
+    freezer = asyncio.create_task(freeze_after_catch_up(reader, *loaded), name="gc-freeze")
     try:
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)

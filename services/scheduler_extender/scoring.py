@@ -25,10 +25,17 @@ No I/O and no clock: the caller passes ``now_ms``. Rules (see docs/scheduler_ext
   ``unknown``: status ``abstained``) and a node forecast below ``forecast_busy`` score exactly as without the
   forecaster. It never filters a node (a forecast is not a fact). Forecasts arrive once per node and 5 minutes,
   hence their own staleness bound.
+- Trusted regimes (issue 21): a fresh regime whose confidence is below ``score_confidence`` scores its slowdown
+  as unknown (``unknown_penalty``); the filter still uses ``min_confidence``. 0 (default) trusts every answer.
+- Co-runner term (issue 21, :mod:`services.scheduler_extender.corunner`): per pod, not per node card —
+  :func:`placement_score` mixes the card's penalty with the penalty of the classes already bound to the node,
+  ``penalty = (1 - weight_corunner) * card_penalty + weight_corunner * p_corunner``. 0 (default) = the card's
+  score unchanged. It never filters (a class table is not a measurement of this node).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -40,6 +47,7 @@ from contracts.models import (
     LoadForecast,
     RegimeLabelV2,
 )
+from services.scheduler_extender.corunner import corunner_penalty
 
 MIN_SCORE = 0
 MAX_SCORE = 10
@@ -67,6 +75,9 @@ class ScoringConfig:
     forecast_busy: float = 0.8
     forecast_saturated: float = 0.95
     forecast_staleness_ms: int = 600_000
+    weight_corunner: float = 0.0
+    score_confidence: float = 0.0
+    latency_sensitive_classes: tuple[str, ...] = ("frontend_bound", "llc_sensitive")
 
     def __post_init__(self) -> None:
         if self.max_slowdown <= 1.0:
@@ -75,6 +86,13 @@ class ScoringConfig:
             raise ValueError("need 0 <= forecast_busy < forecast_saturated <= 1")
         if self.weight_forecast < 0:
             raise ValueError("weight_forecast must be >= 0")
+        if not 0.0 <= self.weight_corunner <= 1.0:
+            raise ValueError("weight_corunner must be in [0, 1]")
+        if not 0.0 <= self.score_confidence <= 1.0:
+            raise ValueError("score_confidence must be in [0, 1]")
+        unknown = [c for c in self.latency_sensitive_classes if c not in CLASS_INDEX]
+        if unknown:
+            raise ValueError(f"latency_sensitive_classes: unknown class(es) {unknown}; known: {WORKLOAD_CLASSES}")
         if self.weight_slowdown + self.weight_risk + self.weight_anomaly <= 0:
             raise ValueError("at least one weight must be positive")
 
@@ -300,6 +318,7 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
     total_weight = cfg.weight_slowdown + cfg.weight_risk + cfg.weight_anomaly
     span = cfg.max_slowdown - 1.0
     confident = fresh_regime is not None and fresh_regime.confidence >= cfg.min_confidence
+    trusted = fresh_regime is not None and fresh_regime.confidence >= cfg.score_confidence
     if fresh_regime is not None:
         regime_txt = f"regime={fresh_regime.regime}@{fresh_regime.confidence:.2f}"
     elif r_status == "abstained" and regime is not None:
@@ -320,7 +339,8 @@ def evaluate(inputs: NodeInputs, cfg: ScoringConfig, now_ms: int) -> NodeCard:
     summaries: list[str] = []
     for workload_class in WORKLOAD_CLASSES:
         slowdown = class_slowdown(fresh_regime, workload_class) if fresh_regime is not None else None
-        p_slow = cfg.unknown_penalty if slowdown is None else min(1.0, max(0.0, (slowdown - 1.0) / span))
+        p_slow = (cfg.unknown_penalty if slowdown is None or not trusted
+                  else min(1.0, max(0.0, (slowdown - 1.0) / span)))
         weighted = cfg.weight_slowdown * p_slow + cfg.weight_risk * p_risk + cfg.weight_anomaly * p_anomaly
         penalty = min(1.0, weighted / total_weight + p_forecast)
         reasons, details = list(shared_reasons), list(shared_details)
@@ -382,3 +402,14 @@ def _fmt(value: float | None, status: InputStatus, age_ms: int | None) -> str:
 def unknown_card(cfg: ScoringConfig) -> NodeCard:
     """The card of a node with no inputs at all: neutral for every class, never filtered."""
     return evaluate(NodeInputs(), cfg, 0)
+
+
+def placement_score(card: NodeCard, class_index: int, residents: Sequence[int], cfg: ScoringConfig) -> int:
+    """The node's 0–10 score for one pod: the card's penalty for the pod's class mixed with the co-runner term
+    of the classes bound there (module docstring); equals ``card.scores[class_index]`` when the weight is 0."""
+    if cfg.weight_corunner <= 0.0:
+        return card.scores[class_index]
+    sensitive = frozenset(CLASS_INDEX[c] for c in cfg.latency_sensitive_classes)
+    p_co = corunner_penalty(class_index, residents, sensitive, cfg.max_slowdown)
+    penalty = (1.0 - cfg.weight_corunner) * card.penalties[class_index] + cfg.weight_corunner * p_co
+    return min(MAX_SCORE, max(MIN_SCORE, round_half_up(MAX_SCORE * (1.0 - penalty))))

@@ -161,6 +161,17 @@ class ExtenderServer:
         self, verb: str, call: Callable[[bytes], tuple[bytes, Explanation]], span_name: str
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(request: web.Request) -> web.Response:
+            # shadow work pauses between its slices while any scheduler call is being answered
+            gate = self.shadow.gate if self.shadow is not None else None
+            if gate is not None:
+                gate.enter()
+            try:
+                return await answer(request)
+            finally:
+                if gate is not None:
+                    gate.leave()
+
+        async def answer(request: web.Request) -> web.Response:
             started = time.perf_counter()
             body = await request.read()
             span = self.tracer.start_span(span_name, context=extract(request.headers), kind=SpanKind.SERVER)
@@ -179,10 +190,9 @@ class ExtenderServer:
                 span.end()
                 raise
             if self.shadow is not None and explanation.verb == "prioritize":
-                # The learned policy is scored after the heuristic's answer is on its way: shadow never delays it.
+                # Scored by the shadow's worker in slices that give way to any call being answered.
                 ctx = span.get_span_context()
-                trace_id = f"{ctx.trace_id:032x}" if ctx.is_valid else None
-                asyncio.get_running_loop().call_soon(self._observe_shadow, explanation, trace_id)
+                self.shadow.submit(explanation, f"{ctx.trace_id:032x}" if ctx.is_valid else None)
             if span.is_recording():
                 # Per-node detail is recorded after the answer is on its way; the span keeps its real end time.
                 asyncio.get_running_loop().call_soon(self._finish_span, span, explanation, time.time_ns())
@@ -204,13 +214,6 @@ class ExtenderServer:
             link_inputs(span, explanation, self.extender.store)
         finally:
             span.end(end_time=end_ns)
-
-    def _observe_shadow(self, explanation: Explanation, trace_id: str | None) -> None:
-        assert self.shadow is not None
-        try:
-            self.shadow.observe(explanation, trace_id)
-        except Exception:  # a shadow bug must never take the heuristic down with it
-            log.exception("shadow scoring failed for %s", explanation.pod.key)
 
     async def _debug_shadow(self, request: web.Request) -> web.Response:
         if self.shadow is None:

@@ -59,6 +59,21 @@ class ExtenderSettings(RuntimeSettings):
         default=600.0, gt=0.0, description="Older forecasts are ignored (one arrives per node and 5 minutes)"
     )
 
+    # Co-runner term and trusted regimes (issue 21; docs/scheduler_extender.md "Score", docs/arena.md).
+    weight_corunner: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of the score from the classes already bound to the node (0 = off; needs the pod index)",
+    )
+    score_confidence: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Regime confidence below which its slowdown scores as unknown"
+    )
+    latency_sensitive_classes: tuple[WorkloadClass, ...] = Field(
+        default=("frontend_bound", "llc_sensitive"),
+        description="Classes whose slowdown the co-runner term counts (the ones with an SLO)",
+    )
+
     # Workload class of the pod.
     class_key: str = Field(default=DEFAULT_CLASS_KEY, description="Pod label (then annotation) naming the class")
     default_class: WorkloadClass = Field(default="cpu_bound", description="Class of pods without a valid label")

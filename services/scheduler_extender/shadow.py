@@ -5,26 +5,33 @@ learned Q-table and the two top nodes compared (:func:`learned.decide`). Recorde
 the last decisions (``/debug/shadow``) and, at most ``log_per_min`` a minute, a log line per disagreement
 with the pod, both nodes, both scores and the trace id of the request's span. Nothing here changes an
 answer: the learned policy never binds (docs/placement.md, "Serving").
+
+Answering comes first. :meth:`Shadow.submit` queues an answered call; one worker task scores it in slices
+(``slice_nodes`` candidates, at most ``slice_fills`` key-part rebuilds each) and between slices yields to
+the event loop and waits while any scheduler call is being answered (:class:`Gate`), so a call arriving
+during shadow work waits for at most the slice in progress. At most one call waits to be scored: a newer
+one replaces it (``borg_extender_shadow_skipped_total{reason="busy"}``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from prometheus_client import Counter
 
 from featurelib.placement import PlacementModel
 from services.scheduler_extender.extender import Explanation
-from services.scheduler_extender.learned import LearnedScorer, PodIn, ShadowDecision, decide
+from services.scheduler_extender.learned import IdsRenumberedError, LearnedScorer, PodIn, ShadowDecision, decide
 from services.scheduler_extender.podindex import PodIndex
 from services.scheduler_extender.scoring import NodeCard
-from services.scheduler_extender.state import NodeStateStore
+from services.scheduler_extender.state import SLOT_ID, NodeStateStore, Slot
 
 log = logging.getLogger(__name__)
 SHADOW_DECISIONS = Counter(
@@ -34,10 +41,59 @@ SHADOW_DECISIONS = Counter(
 )
 SHADOW_SKIPPED = Counter(
     "borg_extender_shadow_skipped_total",
-    "Prioritize calls the learned shadow could not score (no candidate with a known node, or no model)",
+    "Prioritize calls the learned shadow did not score: no candidate with a known node, no model, a newer "
+    "call replaced it while it waited (busy), or the node ids were renumbered while it was scored",
     ["reason"],
 )
-_scores_of = itemgetter(NodeCard._fields.index("scores"))
+_SCORES = NodeCard._fields.index("scores")
+_slot_id = itemgetter(SLOT_ID)
+SLICE_NODES = 500
+"""Candidates scored per slice of shadow work before the event loop gets a turn."""
+SLICE_FILLS = 64
+"""Key-part rebuilds (changed nodes, or every node after a reset) per slice."""
+T = TypeVar("T")
+
+
+def drain(steps: Generator[None, None, T]) -> T:
+    """Run a sliced computation to the end at once."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+
+class Gate:
+    """Scheduler calls being answered; shadow work waits while there is one (answers come first)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self._idle: asyncio.Future[None] | None = None  # made by the loop that waits (benchmarks run several)
+
+    def enter(self) -> None:
+        self.in_flight += 1
+
+    def leave(self) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+        if not self.in_flight and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
+
+    async def turn(self) -> None:
+        """Let the event loop run what is ready (a request's handler), then wait until no call is in flight."""
+        await asyncio.sleep(0)
+        while self.in_flight:
+            if self._idle is None or self._idle.done():
+                self._idle = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._idle)
+
+
+class Pending(NamedTuple):
+    explanation: Explanation
+    trace_id: str | None
+    version: int  # the store's row version when the call was answered
+    slots: list[Slot] | None  # the store's slots of the answer's candidates (their node ids), when known
+    epoch: int  # of the node ids then
 
 
 class Shadow:
@@ -51,14 +107,22 @@ class Shadow:
         keep: int = 100,
         log_per_min: int = 10,
         clock: Callable[[], float] = time.monotonic,
+        slice_nodes: int = SLICE_NODES,
+        slice_fills: int = SLICE_FILLS,
     ) -> None:
         self.store = store
         self.index = index
         self.model = model
-        self.scorer = LearnedScorer(staleness_ms)
-        # a node's cached Q goes when its regime label or its pods change
-        store.listeners.append(self.scorer.invalidate)
-        index.listeners.append(self.scorer.invalidate)
+        self.scorer = LearnedScorer(staleness_ms, store.node_ids)
+        # a node's cached key parts go when its regime label or its pods change
+        store.listeners.append(self.scorer.invalidate_regime)
+        index.listeners.append(self.scorer.invalidate_pods)
+        self.slice_nodes = slice_nodes
+        self.slice_fills = slice_fills
+        self.gate = Gate()
+        self.slices = 0  # slices of shadow work run by the worker (yields to the event loop)
+        self._pending: Pending | None = None
+        self._worker: asyncio.Task[None] | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self.counts = {"true": 0, "false": 0, "skipped": 0}
         self.log_per_min = log_per_min
@@ -69,16 +133,98 @@ class Shadow:
         self.synced: Callable[[], bool] = lambda: True  # the pods/nodes watch has listed both once
 
     def observe(self, ex: Explanation, trace_id: str | None = None) -> ShadowDecision | None:
-        """Score one answered prioritize call with the learned policy and record how it compares."""
+        """Score one answered prioritize call with the learned policy at once and record how it compares."""
+        return drain(self._steps(self._queued(ex, trace_id), 0, 0))
+
+    def submit(self, ex: Explanation, trace_id: str | None = None) -> None:
+        """Queue an answered prioritize call for scoring in slices (needs a running event loop).
+
+        Called right after the answer is computed, before any other call can change the store, so the
+        recorded row version tells which heuristic scores changed after the answer."""
+        if self._pending is not None:
+            self._skip("busy")
+        self._pending = self._queued(ex, trace_id)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._run(), name="learned-shadow")
+
+    def slices_of(self, ex: Explanation, trace_id: str | None = None) -> Generator[None, None, ShadowDecision | None]:
+        """Scoring one answered call, one slice of work per step (what the worker runs between answers)."""
+        return self._steps(self._queued(ex, trace_id), self.slice_nodes, self.slice_fills)
+
+    def _queued(self, ex: Explanation, trace_id: str | None) -> Pending:
+        names, slots = self.store.last_lookup  # the answer's own lookup when it is the same list object
+        store = self.store
+        return Pending(ex, trace_id, store.version, slots if names is ex.nodes else None, store.node_ids.epoch)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or being scored."""
+        return self._pending is None and (self._worker is None or self._worker.done())
+
+    async def drained(self) -> None:
+        """Return once nothing is queued or being scored."""
+        while self._worker is not None and not self._worker.done():
+            await self._worker
+
+    async def _run(self) -> None:
+        while self._pending is not None:
+            item, self._pending = self._pending, None
+            steps = self._steps(item, self.slice_nodes, self.slice_fills)
+            try:
+                while True:
+                    try:
+                        next(steps)
+                    except StopIteration:
+                        break
+                    self.slices += 1
+                    await self.gate.turn()
+            except IdsRenumberedError:
+                self._skip("renumbered")
+            except Exception:  # a shadow bug must never take the heuristic down with it
+                log.exception("shadow scoring failed for %s", item.explanation.pod.key)
+
+    def _steps(self, item: Pending, slice_nodes: int, slice_fills: int) -> Generator[None, None, ShadowDecision | None]:
+        ex, trace_id = item.explanation, item.trace_id
         model = self.model()
         if model is None:
             self._skip("no_model")
             return None
         ci = ex.class_index
-        pod = PodIn(ex.pod.workload_class, ex.pod.milli_cpu)
-        q = self.scorer.scores(pod, ex.nodes, self.store.regime, self.index.view, model, ex.ts_ms)
-        heuristic = np.fromiter(map(itemgetter(ci), map(_scores_of, ex.cards)), dtype=np.int64, count=len(ex.cards))
-        decision = decide(ex.nodes, heuristic, q)
+        names = ex.nodes
+        node_ids, epoch, slots = self.store.node_ids, item.epoch, item.slots
+        ids = np.empty(len(names), dtype=np.int64)
+        step = slice_nodes or max(len(names), 1)
+        for start in range(0, len(names), step):
+            if node_ids.epoch != epoch:
+                raise IdsRenumberedError("node ids renumbered since the answer")
+            if slots is not None:  # the ids the heuristic's lookup already found: no second pass over names
+                chunk = slots[start : start + step]
+                ids[start : start + step] = np.fromiter(map(_slot_id, chunk), dtype=np.int64, count=len(chunk))
+            else:
+                ids[start : start + step] = node_ids.of(names[start : start + step])
+            if start + step < len(names):
+                yield
+            if node_ids.epoch != epoch:
+                raise IdsRenumberedError("node ids renumbered while the shadow was reading them")
+        q = yield from self.scorer.steps(
+            PodIn(ex.pod.workload_class, ex.pod.milli_cpu),
+            names,
+            ids,
+            self.store.regime,
+            self.index.view,
+            model,
+            ex.ts_ms,
+            slice_fills=slice_fills,
+        )
+        if slice_nodes and len(names) > slice_nodes:
+            yield
+            if node_ids.epoch != epoch:
+                raise IdsRenumberedError("node ids renumbered while the shadow was scoring")
+        # the heuristic's scores as answered: the store's rows, except rows changed since the answer
+        heuristic, changed = self.store.heuristic_scores(ids, ci, item.version)
+        for k in np.flatnonzero(changed).tolist():
+            heuristic[k] = ex.cards[k][_SCORES][ci]
+        decision = decide(names, heuristic, q)
         if decision is None:
             self._skip("no_known_node")
             return None
@@ -139,6 +285,7 @@ class Shadow:
             "mode": "shadow",
             "model_version": version,
             "decisions": dict(self.counts),
+            "slices": self.slices,
             "watch_synced": self.synced(),
             "nodes_known": len(self.index),
             "pods_bound": self.index.pods,

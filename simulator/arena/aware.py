@@ -11,7 +11,9 @@ reason is removed), then ``fit + balanced + weight * 10 * extender_score`` (``Ma
 MaxExtenderPriority`` = 10), best total wins, ties seeded as in kube-default. Cards come from
 ``services.scheduler_extender.scoring.evaluate`` on ``NodeInputs(regime=latest label)``: the arena has
 no anomaly or risk stage, so those inputs are missing (neutral for every node, as in the live
-extender when those topics are silent).
+extender when those topics are silent). With ``ScoringConfig.weight_corunner > 0`` the score also reads the
+classes of the tasks on each node (``ArenaView.classes``: what the live extender's pod index holds) through
+``scoring.placement_score`` (the co-runner term, docs/arena.md).
 
 ``oracle`` knows every co-runner's true pressure. The cost of a node is, first, how many
 latency-sensitive tasks (the pod included) the placement pushes over the SLO slowdown, then the
@@ -30,7 +32,14 @@ from typing import Final
 
 import numpy as np
 
-from services.scheduler_extender.scoring import NodeCard, NodeInputs, RegimeIn, ScoringConfig, evaluate
+from services.scheduler_extender.scoring import (
+    NodeCard,
+    NodeInputs,
+    RegimeIn,
+    ScoringConfig,
+    evaluate,
+    placement_score,
+)
 from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
 from simulator.workloads import CLASS_INDEX, SENSITIVITY_MATRIX, excess
 
@@ -119,9 +128,14 @@ class ExtenderPolicy:
             self.filtered += 1
         if not passed:
             return None
-        totals = [score(pod, nodes[i]).total + self.weight * EXTENDER_SCALE * cards[i].scores[c]
+        totals = [score(pod, nodes[i]).total + self.weight * EXTENDER_SCALE * self.node_score(i, c, cards)
                   for i in passed]
         return _tied_best(self._rng, passed, totals)
+
+    def node_score(self, node: int, class_index: int, cards: Sequence[NodeCard]) -> int:
+        """The extender's 0–10 score of ``node`` for a pod of this class: its card, plus the co-runner term
+        on the classes bound there (what the live extender's pod index holds) when configured."""
+        return placement_score(cards[node], class_index, self._view.classes[node].tolist(), self.cfg)
 
 
 def placement_cost(view: ArenaView, node: int, workload_class: str,

@@ -14,9 +14,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
+
+if TYPE_CHECKING:
+    from services.scheduler_extender.scoring import ScoringConfig
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 KNOWN: Final = ("kube-default", "random", "extender", "orchestrator", "oracle")
@@ -50,6 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extender-unknown-penalty", type=float, default=None,
                    help="the extender's penalty of a missing/unknown input, 0-1 (EXTENDER_UNKNOWN_PENALTY; "
                         "default: the service's default)")
+    p.add_argument("--extender-corunner-weight", type=float, default=0.0,
+                   help="weight 0-1 of the extender's co-runner term (EXTENDER_WEIGHT_CORUNNER; 0 = off)")
+    p.add_argument("--extender-score-confidence", type=float, default=0.0,
+                   help="regime confidence below which the extender scores the slowdown as unknown "
+                        "(EXTENDER_SCORE_CONFIDENCE; 0 = trust every answer)")
+    p.add_argument("--extender-weight-slowdown", type=float, default=None,
+                   help="the extender's weight of the regime slowdown penalty (EXTENDER_WEIGHT_SLOWDOWN; "
+                        "default: the service's default)")
+    p.add_argument("--extender-inputs", choices=("model", "none"), default="model",
+                   help="extender: read the regime model's labels (model) or nothing (none: every node's card "
+                        "unknown, as the live extender with regimes.v2 silent; only the co-runner term and "
+                        "kube-default's scores decide)")
+    p.add_argument("--kinds", choices=("heldout", "train"), default="heldout",
+                   help="workload kinds of the arrivals: the regime model's held-out kinds (the evaluation) "
+                        "or its training kinds (for choosing settings without looking at the held-out ones)")
     p.add_argument("--orchestrator-every-ticks", type=int, default=1,
                    help="orchestrator: run the agents and the referee every N ticks")
     p.add_argument("--taint-ttl-s", type=float, default=300.0, help="orchestrator: a taint expires after this")
@@ -71,7 +89,6 @@ def run(args: argparse.Namespace, command: str) -> int:
     from loadtests.bench_format import machine
     from services.regime.model import load_regime_model
     from services.runtime.model_watch import resolve
-    from services.scheduler_extender.scoring import ScoringConfig
     from simulator.arena.arrivals import load_trace_tasks, synthetic_tasks, to_arrivals
     from simulator.arena.aware import ArenaView, ExtenderPolicy, OraclePolicy
     from simulator.arena.loop import Arena, ArenaOutcome, Controller
@@ -113,12 +130,18 @@ def run(args: argparse.Namespace, command: str) -> int:
     if args.extender_unknown_penalty is not None and not 0.0 <= args.extender_unknown_penalty <= 1.0:
         print("eval arena: --extender-unknown-penalty must be in [0, 1]", file=sys.stderr)
         return 2
-    model = load_regime_model(resolve(args.model))
-    kinds = list(model.card.get("data", {}).get("heldout_kinds") or [])
-    if not kinds:
-        print(f"eval arena: model {model.version} names no held-out kinds (data.heldout_kinds)", file=sys.stderr)
+    try:
+        scoring = _scoring_config(args)
+    except ValueError as exc:
+        print(f"eval arena: extender scoring: {exc}", file=sys.stderr)
         return 2
-    progress(f"model {model.version}; held-out kinds {', '.join(kinds)}")
+    model = load_regime_model(resolve(args.model))
+    key = "heldout_kinds" if args.kinds == "heldout" else "train_kinds"
+    kinds = list(model.card.get("data", {}).get(key) or [])
+    if not kinds:
+        print(f"eval arena: model {model.version} names no {args.kinds} kinds (data.{key})", file=sys.stderr)
+        return 2
+    progress(f"model {model.version}; {args.kinds} kinds {', '.join(kinds)}")
     if args.synthetic is not None:
         tasks = synthetic_tasks(args.synthetic, seed=args.seed)
         source = f"synthetic:{args.synthetic}"
@@ -153,14 +176,11 @@ def run(args: argparse.Namespace, command: str) -> int:
         controller: Controller | None = None
         policy: PlacementPolicy
         if name == "extender":
-            cfg = (ScoringConfig() if args.extender_unknown_penalty is None
-                   else ScoringConfig(unknown_penalty=args.extender_unknown_penalty))
-            policy = ExtenderPolicy(args.seed, view, cfg, weight=args.extender_weight)
-            cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
-            observer = RegimeObserver(model, [s.name for s in cluster.specs])
+            policy = ExtenderPolicy(args.seed, view, scoring, weight=args.extender_weight)
+            if args.extender_inputs == "model":
+                cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
+                observer = RegimeObserver(model, [s.name for s in cluster.specs])
         elif name == "orchestrator":
-            scoring = (ScoringConfig() if args.extender_unknown_penalty is None
-                       else ScoringConfig(unknown_penalty=args.extender_unknown_penalty))
             orch = OrchestratorPolicy(args.seed, view, NodeControl(nodes), scoring, weight=args.extender_weight)
             policy = orch
             cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
@@ -214,9 +234,14 @@ def run(args: argparse.Namespace, command: str) -> int:
                 results.append({"bench": "arena", "case": name, "metric": "slo_violation_vs_kube_default",
                                 "value": ratio, "unit": "ratio"})
     args.out.mkdir(parents=True, exist_ok=True)
-    details = {"command": command, "seed": args.seed, "model_version": model.version, "heldout_kinds": kinds,
+    details = {"command": command, "seed": args.seed, "model_version": model.version,
+               "heldout_kinds": list(model.card.get("data", {}).get("heldout_kinds") or []), "arrival_kinds": kinds,
                "nodes": nodes, "horizon_s": horizon_s, "extender_weight": args.extender_weight,
                "extender_unknown_penalty": args.extender_unknown_penalty,
+               "extender_corunner_weight": args.extender_corunner_weight,
+               "extender_score_confidence": args.extender_score_confidence,
+               "extender_weight_slowdown": args.extender_weight_slowdown, "kinds": args.kinds,
+               "extender_inputs": args.extender_inputs,
                "tick_s": args.tick_s, "arrivals": stats.as_dict(),
                "orchestrator": {"every_ticks": args.orchestrator_every_ticks, "taint_ttl_s": args.taint_ttl_s,
                                 "hold_s": args.hold_s, "actions": args.orchestrator_actions},
@@ -236,6 +261,19 @@ def run(args: argparse.Namespace, command: str) -> int:
     progress(f"forecast section: {forecast_cpu:.2f} s CPU (model load, scoring, plot)")
     progress(f"wrote {args.out / 'results.json'} and {', '.join(p.name for p in pngs)}")
     return 0
+
+
+def _scoring_config(args: argparse.Namespace) -> ScoringConfig:
+    """The extender's ScoringConfig from the ``--extender-*`` options (defaults: the service's)."""
+    from services.scheduler_extender.scoring import ScoringConfig
+
+    default = ScoringConfig()
+    return ScoringConfig(
+        weight_corunner=args.extender_corunner_weight, score_confidence=args.extender_score_confidence,
+        unknown_penalty=(default.unknown_penalty if args.extender_unknown_penalty is None
+                         else args.extender_unknown_penalty),
+        weight_slowdown=(default.weight_slowdown if args.extender_weight_slowdown is None
+                         else args.extender_weight_slowdown))
 
 
 def eval_arena(argv: Sequence[str]) -> int:

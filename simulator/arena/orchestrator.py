@@ -165,8 +165,9 @@ class OrchestratorPolicy:
         if not passed:
             return None
         tt = taint_toleration_scores([self.control.prefer_no_schedule(i) for i in passed])
-        totals = [score(pod, nodes[i]).total + self.extender.weight * EXTENDER_SCALE * cards[i].scores[c]
-                  + TAINT_WEIGHT * t for i, t in zip(passed, tt, strict=True)]
+        w = self.extender.weight * EXTENDER_SCALE
+        totals = [score(pod, nodes[i]).total + w * self.extender.node_score(i, c, cards) + TAINT_WEIGHT * t
+                  for i, t in zip(passed, tt, strict=True)]
         best = max(totals)
         return self.extender._rng.choice([i for i, t in zip(passed, totals, strict=True) if t == best])
 

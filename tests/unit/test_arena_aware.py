@@ -93,3 +93,23 @@ def test_extender_prefers_a_known_quiet_node_over_an_abstained_one() -> None:
     # a stale label (older than 120 s) is no information either: both nodes neutral, kube-default decides
     view.now_ms = 1_000 + 121_000
     assert policy.choose(_pod("spmv"), nodes) == 0
+
+
+def test_extender_corunner_term_keeps_a_frontend_pod_off_a_frontend_node() -> None:
+    # nothing known from the model (both unknown: card penalty 0.5). Node 0 holds web_frontend (emptier:
+    # kube-default's pick), node 1 spmv. Co-runner harm for a frontend pod (table from the training kinds):
+    # node 0: own 1.417 - 1 + the resident's 1.417 - 1 = 0.834 -> penalty 1; node 1: own 1.062 - 1 = 0.062
+    # (spmv is batch) -> 0.124. Weight 1: scores 0 and round(8.76) = 9; 9 points * 5 * 10 outweigh the fit.
+    from services.scheduler_extender.scoring import ScoringConfig
+
+    view = ArenaView(2, now_ms=5_000)
+    _resident(view, 0, ["web_frontend"], [True])
+    _resident(view, 1, ["spmv"], [False])
+    nodes = [NodeResources.with_pods(16000, 64 * GIB, [PodRequest(1000, 2 * GIB)]),
+             NodeResources.with_pods(16000, 64 * GIB, [PodRequest(8000, 32 * GIB)])]
+    pod = _pod("web_frontend")
+    assert ExtenderPolicy(1, view).choose(pod, nodes) == 0  # no co-runner term: both 5, kube-default decides
+    policy = ExtenderPolicy(1, view, ScoringConfig(weight_corunner=1.0))
+    fe = CLASS_INDEX["frontend_bound"]
+    assert [policy.node_score(i, fe, policy.cards()) for i in (0, 1)] == [0, 9]
+    assert policy.choose(pod, nodes) == 1

@@ -44,9 +44,15 @@ def test_missing_trace_dir_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Cap
 
 def test_orchestrator_reports_its_decisions_the_passive_policies_none(tmp_path: Path) -> None:
     out = tmp_path / "o"
+    # on the training kinds, with the co-runner term (issue 21's settings are chosen there)
     assert eval_arena(["--policies", "kube-default,orchestrator", "--synthetic", "40", "--nodes", "4",
-                       "--horizon-s", "400", "--seed", "3", "-q", "--out", str(out)]) == 0
-    by = {(r["case"], r["metric"]): r["value"] for r in orjson.loads((out / "results.json").read_bytes())["results"]}
+                       "--horizon-s", "400", "--seed", "3", "-q", "--kinds", "train",
+                       "--extender-corunner-weight", "0.5", "--out", str(out)]) == 0
+    doc = orjson.loads((out / "results.json").read_bytes())
+    assert doc["details"]["kinds"] == "train" and doc["details"]["extender_corunner_weight"] == 0.5
+    assert doc["details"]["arrival_kinds"] and not set(doc["details"]["arrival_kinds"]) & set(
+        doc["details"]["heldout_kinds"])  # the training kinds: none of the held-out ones
+    by = {(r["case"], r["metric"]): r["value"] for r in doc["results"]}
     assert by[("kube-default", "referee_decisions_per_min")] == 0 and by[("kube-default", "actions_per_min")] == 0
     assert by[("orchestrator", "referee_decisions_per_min")] > 0  # 4 loaded nodes: the queue degrades
     assert by[("orchestrator", "orchestrator_cpu_us_per_decision")] > 0
@@ -59,3 +65,11 @@ def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:
     # the live arena's own check, before it needs a cluster: an unknown policy is refused (exit 2)
     assert borgctl_eval_arena(["--live", "--policies", "oracle", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize("bad", [["--extender-corunner-weight", "1.5"], ["--extender-score-confidence", "-1"]])
+def test_bad_extender_scoring_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 bad: list[str]) -> None:
+    assert eval_arena(["--synthetic", "10", "--out", str(tmp_path / "o"), *bad]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "extender scoring" in err[0]

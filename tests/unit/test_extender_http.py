@@ -376,6 +376,9 @@ async def test_prioritize_is_shadowed_after_the_answer(harness: Harness) -> None
     harness.server.shadow_version = lambda: "v-test"
     status, scores = await harness.post("/prioritize", args())
     assert status == 200 and scores[0]["Score"] < scores[1]["Score"]
+    shadow = harness.server.shadow
+    await wait_until(lambda: shadow.idle, what="the shadow to score the call")
+    assert shadow.gate.in_flight == 0  # the handler left the gate: shadow work is not held back
     status, body = await harness.get("/debug/shadow")
     (recent,) = body["recent"]
     assert (body["mode"], body["model_version"], body["decisions"]["false"]) == ("shadow", "v-test", 1)

@@ -21,7 +21,7 @@ from services.scheduler_extender.main import load_placement
 from services.scheduler_extender.podindex import NodePods, PodIndex, pod_requests
 from services.scheduler_extender.scoring import RegimeIn, ScoringConfig
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
-from services.scheduler_extender.shadow import SHADOW_DECISIONS, Shadow
+from services.scheduler_extender.shadow import SHADOW_DECISIONS, Shadow, drain
 from services.scheduler_extender.state import NodeStateStore
 from simulator.arena.aware import TaskPod
 from simulator.arena.kube_default import NodeResources, PodRequest
@@ -140,13 +140,15 @@ def test_cached_scorer_matches_the_reference_as_state_changes() -> None:
             RegimeIn._make(r) if (r := regimes.get(n)) is not None and now - r[0] <= 120_000 else None for n in names
         ]
         expected = learned_scores(pod, list(zip(names, fresh, strict=True)), ctxs, model)
+        if step % 2:  # every other step the changed nodes are rebuilt in slices (2 at a time)
+            steps = scorer.steps(pod, names, scorer.ids.of(names), regimes.get, ctxs, model, now, slice_fills=2)
+            sliced = drain(steps)
+            assert [None if np.isnan(v) else float(v) for v in sliced] == expected, step
         got = scorer.scores(pod, names, regimes.get, ctxs, model, now)
         assert [None if np.isnan(v) else float(v) for v in got] == expected, step
-    assert len(scorer._ids) == len(names)
-    scorer.forget({})  # not yet most of the cache gone (30 < 1,000): kept
-    assert len(scorer._ids) == len(names)
-    scorer.reset()
-    assert not scorer._ids
+    assert len(scorer.ids) == len(names)
+    scorer.reset()  # every node's key parts forgotten: rebuilt to the same numbers
+    assert np.array_equal(scorer.scores(pod, names, regimes.get, ctxs, model, now), got, equal_nan=True)
 
 
 def test_decide_agree_disagree_ties_and_nothing_known() -> None:
