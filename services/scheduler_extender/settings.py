@@ -109,4 +109,11 @@ class ExtenderSettings(RuntimeSettings):
     def _some_weight(self) -> ExtenderSettings:
         if self.weight_slowdown + self.weight_risk + self.weight_anomaly <= 0:
             raise ValueError("at least one of EXTENDER_WEIGHT_SLOWDOWN/_RISK/_ANOMALY must be positive")
+        if self.weight_corunner > 0:
+            # measured in the arena only: prioritize does not apply the term yet, so a non-zero weight would
+            # be a setting that silently does nothing (docs/arena.md "Live extender")
+            raise ValueError(
+                "EXTENDER_WEIGHT_CORUNNER: the live extender does not apply the co-runner term yet "
+                "(offline arena only: borgctl eval arena --extender-corunner-weight); leave it 0"
+            )
         return self
