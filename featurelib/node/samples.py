@@ -85,6 +85,23 @@ def sample_metrics(
     return list(values), violations
 
 
+def _bounded(value: float | None, upper: float) -> tuple[float | None, int]:
+    """``value``, or None and one violation when it is physically impossible (above ``upper``)."""
+    if value is not None and value > upper:
+        return None, 1
+    return value, 0
+
+
+def _fraction(num: float | None, den: float | None) -> tuple[float | None, int]:
+    """``num / den`` as a fraction: None without a positive ``den``; above 1.05 a violation; clipped to 1."""
+    if num is None or den is None or not den > 0.0:
+        return None, 0
+    value = num / den
+    if value > 1.05:
+        return None, 1
+    return (1.0 if value > 1.0 else value), 0
+
+
 def _metrics(
     used: Sequence[float | None],
     violations: int,
@@ -112,70 +129,37 @@ def _metrics(
     cyc_den = cyc if cyc is not None and cyc > 0.0 else None  # usable as a denominator
     ins_den = ins if ins is not None and ins > 0.0 else None
 
-    # _bounded / _fraction written out (twelve calls and tuples per NodeState less); each is that
-    # helper's expression, operand for operand, in the same order
-    ipc = None if ins is None or cyc_den is None else ins / cyc_den
-    if ipc is not None and ipc > 10.0:
-        ipc, violations = None, violations + 1
+    ipc, bad = _bounded(None if ins is None or cyc_den is None else ins / cyc_den, 10.0)
+    violations += bad
     cpi = None if ipc is None or ipc <= 0.0 else 1.0 / ipc
-    llc_mpki = None if llc_miss is None or ins_den is None else llc_miss / ins_den * 1e3
-    if llc_mpki is not None and llc_mpki > 1e3:
-        llc_mpki, violations = None, violations + 1
-    llc_ratio = None
-    if llc_miss is not None and llc_loads is not None and llc_loads > 0.0:
-        llc_ratio = llc_miss / llc_loads
-        if llc_ratio > 1.05:
-            llc_ratio, violations = None, violations + 1
-        elif llc_ratio > 1.0:
-            llc_ratio = 1.0
-    cache_mpki = None if cmiss is None or ins_den is None else cmiss / ins_den * 1e3
-    if cache_mpki is not None and cache_mpki > 1e3:
-        cache_mpki, violations = None, violations + 1
-    cache_ratio = None
-    if cmiss is not None and crefs is not None and crefs > 0.0:
-        cache_ratio = cmiss / crefs
-        if cache_ratio > 1.05:
-            cache_ratio, violations = None, violations + 1
-        elif cache_ratio > 1.0:
-            cache_ratio = 1.0
-    gbs = None if bw is None else bw / secs / 1e9
-    if gbs is not None and gbs > 1e4:
-        gbs, violations = None, violations + 1
+    llc_mpki, bad = _bounded(None if llc_miss is None or ins_den is None else llc_miss / ins_den * 1e3, 1e3)
+    violations += bad
+    llc_ratio, bad = _fraction(llc_miss, llc_loads)
+    violations += bad
+    cache_mpki, bad = _bounded(None if cmiss is None or ins_den is None else cmiss / ins_den * 1e3, 1e3)
+    violations += bad
+    cache_ratio, bad = _fraction(cmiss, crefs)
+    violations += bad
+    gbs, bad = _bounded(None if bw is None else bw / secs / 1e9, 1e4)
+    violations += bad
     peak = recorded.get(PEAK_BW_METRIC) if recorded else None
     bw_util = None if gbs is None or not peak else min(gbs / peak, 1.0)
-    stall_fe = None
-    if st_fe is not None and cyc_den is not None:  # cyc_den > 0.0 when not None
-        stall_fe = st_fe / cyc_den
-        if stall_fe > 1.05:
-            stall_fe, violations = None, violations + 1
-        elif stall_fe > 1.0:
-            stall_fe = 1.0
-    stall_be = None
-    if st_be is not None and cyc_den is not None:
-        stall_be = st_be / cyc_den
-        if stall_be > 1.05:
-            stall_be, violations = None, violations + 1
-        elif stall_be > 1.0:
-            stall_be = 1.0
-    br_mpki = None if br_miss is None or ins_den is None else br_miss / ins_den * 1e3
-    if br_mpki is not None and br_mpki > 1e3:
-        br_mpki, violations = None, violations + 1
-    br_ratio = None
-    if br_miss is not None and br_ins is not None and br_ins > 0.0:
-        br_ratio = br_miss / br_ins
-        if br_ratio > 1.05:
-            br_ratio, violations = None, violations + 1
-        elif br_ratio > 1.0:
-            br_ratio = 1.0
+    stall_fe, bad = _fraction(st_fe, cyc_den)
+    violations += bad
+    stall_be, bad = _fraction(st_be, cyc_den)
+    violations += bad
+    br_mpki, bad = _bounded(None if br_miss is None or ins_den is None else br_miss / ins_den * 1e3, 1e3)
+    violations += bad
+    br_ratio, bad = _fraction(br_miss, br_ins)
+    violations += bad
     cpu = float(cpu_util)
     mem = float(mem_util)
     ctx_log = None if cs is None else math.log10(1.0 + cs / secs)
     pf_log = None if pf is None else math.log10(1.0 + pf / secs)
     # absolute activity (per second of the interval): aggressors differ from gentle co-runners
     # of the same kind by how much they do, which per-instruction ratios cannot show.
-    busy = None if tc is None else tc / (secs * 1e9)
-    if busy is not None and busy > 4096.0:
-        busy, violations = None, violations + 1
+    busy, bad = _bounded(None if tc is None else tc / (secs * 1e9), 4096.0)
+    violations += bad
     rec = recorded or {}
     return (  # METRICS order
         ipc,
