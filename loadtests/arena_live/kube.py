@@ -76,8 +76,11 @@ def kube_scheduler_binary() -> Path:
     return binary
 
 
-def scheduler_config(name: str, kubeconfig: Path, extender_url: str | None) -> dict[str, Any]:
-    """A KubeSchedulerConfiguration for one policy: the default plugins, or the project's extender config."""
+def scheduler_config(
+    name: str, kubeconfig: Path, extender_url: str | None, extender_weight: int | None = None
+) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration for one policy: the default plugins, or the project's extender config
+    (its extender ``weight`` replaced when ``extender_weight`` is given)."""
     if extender_url is None:
         config: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -88,6 +91,8 @@ def scheduler_config(name: str, kubeconfig: Path, extender_url: str | None) -> d
         config = yaml.safe_load(EXTENDER_CONFIG.read_text())
         (extender,) = config["extenders"]
         extender["urlPrefix"] = extender_url
+        if extender_weight is not None:
+            extender["weight"] = extender_weight
         (profile,) = config["profiles"]
         profile["schedulerName"] = name
     config["leaderElection"] = {"leaderElect": False}

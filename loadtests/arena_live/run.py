@@ -1,14 +1,16 @@
 """The live arena: the offline arena's comparison through the real system, at small scale (issue 21 item 2).
 
     borgctl eval arena --live [--quick] [--policies kube-default,extender,orchestrator] [--seed N] [--nodes N]
-                              [--horizon-s S] [--task-events DIR | --synthetic JOBS] --out DIR
+                              [--horizon-s S] [--task-events DIR | --synthetic JOBS]
+                              [--extender-weight W] [--extender-corunner-weight C] --out DIR
 
 For each policy, on the same arrivals (``simulator.arena.arrivals``: the Google 2011 trace or its
 synthetic stand-in, held-out workload kinds only) and a fresh set of kwok nodes:
 
 * a private kube-scheduler places the tasks: the default profile (``kube-default``), or the project's
   extender configuration calling a real ``scheduler-extender`` process (``extender``), which reads
-  the regime labels of a real ``features`` → ``regime`` pipeline on Kafka; ``orchestrator`` adds a
+  the regime labels of a real ``features`` → ``regime`` pipeline on Kafka (and, with
+  ``--extender-corunner-weight`` > 0, watches the API server's pods for the co-runner term); ``orchestrator`` adds a
   real ``agent-admission`` and a real ``referee`` applying its decisions to the API server (taints the
   private scheduler then honours), as the offline ``orchestrator`` acts between ticks;
 * each task is a Job that kwok keeps Running for its run time (time-compressed by ``time_scale``);
@@ -233,7 +235,8 @@ async def _extender_counts(port: int) -> dict[str, float]:
 
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
         text = await r.text()
-    out = {"extender_filter_calls": 0.0, "extender_prioritize_calls": 0.0, "extender_regime_labels": 0.0}
+    out = {"extender_filter_calls": 0.0, "extender_prioritize_calls": 0.0, "extender_regime_labels": 0.0,
+           "extender_corunner_updates": 0.0}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "borg_extender_request_seconds_count":
@@ -242,6 +245,8 @@ async def _extender_counts(port: int) -> dict[str, float]:
                     out[key] += sample.value
             elif sample.name == "borg_extender_state_messages_total" and "regimes" in sample.labels.get("topic", ""):
                 out["extender_regime_labels"] += sample.value
+            elif sample.name == "borg_extender_corunner_updates_total":
+                out["extender_corunner_updates"] += sample.value
     return out
 
 
@@ -302,6 +307,10 @@ class LiveContext:
     work: Path
     seed: int
     progress: Callable[[str], None]
+    extender_weight: int | None = None
+    """The extender's weight in the private scheduler's config (None: the deploy file's)."""
+    corunner_weight: float = 0.0
+    """EXTENDER_WEIGHT_CORUNNER of the extender process (0: off, as the service's default)."""
 
 
 async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: LiveContext) -> dict[str, float]:
@@ -348,14 +357,17 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                 _spawn(
                     "scheduler-extender",
                     ["scheduler-extender"],
-                    {**env, "EXTENDER_HOST": "127.0.0.1", "EXTENDER_PORT": str(port)},
+                    {**env, "EXTENDER_HOST": "127.0.0.1", "EXTENDER_PORT": str(port),
+                     "EXTENDER_WEIGHT_CORUNNER": str(ctx.corunner_weight),
+                     "EXTENDER_KUBECONFIG": str(ctx.kubeconfig)},
                     ctx.work,
                 ),
             ]
             await _wait_ready(procs)
             extender_url = f"http://127.0.0.1:{port}"
         name = name_of(run_id, policy)
-        sched = scheduler_config(name, ctx.kubeconfig.parent / "scheduler.kubeconfig", extender_url)
+        sched = scheduler_config(name, ctx.kubeconfig.parent / "scheduler.kubeconfig", extender_url,
+                                 ctx.extender_weight)
         await producer.start()
         cluster = ArenaCluster(size.nodes, ctx.seed, interval_ms=1000, node_names=nodes)
         headers = build_headers(NODESTATE)
@@ -446,6 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task-events", type=Path, default=None)
     p.add_argument("--nodes", type=int, default=None, help="kwok nodes (quick 6, full 20)")
     p.add_argument("--horizon-s", type=float, default=None, help="arena seconds of arrivals (quick 600, full 1800)")
+    p.add_argument("--extender-weight", type=int, default=None,
+                   help="the extender's weight in the private kube-scheduler config (default: "
+                        "deploy/scheduler-extender/kube-scheduler-config.yaml's)")
+    p.add_argument("--extender-corunner-weight", type=float, default=0.0,
+                   help="EXTENDER_WEIGHT_CORUNNER of the live extender, 0-1 (0 = off; > 0 watches the pods)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
     return p
@@ -468,6 +485,11 @@ async def run(args: argparse.Namespace) -> int:
             f"eval arena --live: unknown policy {unknown or policies}; choose from {', '.join(POLICIES)}",
             file=sys.stderr,
         )
+        return 2
+    if not 0.0 <= args.extender_corunner_weight <= 1.0 or (args.extender_weight is not None
+                                                           and args.extender_weight < 0):
+        print("eval arena --live: --extender-corunner-weight must be in [0, 1] and --extender-weight >= 0",
+              file=sys.stderr)
         return 2
     size = QUICK if args.quick else FULL
     if args.nodes is not None or args.horizon_s is not None:
@@ -507,7 +529,8 @@ async def run(args: argparse.Namespace) -> int:
         print(f"eval arena --live: no local control plane ({kube.stderr.strip()}); run `borgctl up`", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    ctx = LiveContext(bootstrap(), Path(kube.stdout.strip()), args.out, args.seed, progress)
+    ctx = LiveContext(bootstrap(), Path(kube.stdout.strip()), args.out, args.seed, progress,
+                      args.extender_weight, args.extender_corunner_weight)
     progress(
         f"{len(arrivals)} arrivals over {size.horizon_s:.0f} arena s ({size.time_scale:.0f}x faster than "
         f"that in wall time) on {size.nodes} kwok nodes; held-out kinds {', '.join(kinds)}"
@@ -542,6 +565,8 @@ async def run(args: argparse.Namespace) -> int:
             "size": size.__dict__,
             "model_version": model.version,
             "heldout_kinds": kinds,
+            "extender_weight": args.extender_weight,
+            "extender_corunner_weight": args.extender_corunner_weight,
             "summary": summary,
             "simplification": "pods run for their nominal time; slowdown is accounted, not applied",
         },

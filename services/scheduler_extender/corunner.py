@@ -18,6 +18,7 @@ nothing here, so batch pods pack together and leave the quiet nodes to the pods 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Final
 
@@ -40,10 +41,14 @@ def corunner_harm(class_index: int, residents: Sequence[int], sensitive: Collect
     harm = 0.0
     if class_index in sensitive:
         harm += max((table[class_index][j] for j in residents), default=1.0) - 1.0
-    for k, r in enumerate(residents):
+    counts = Counter(residents)
+    befores: dict[int, float] = {}  # a resident's worst co-runner among the others depends only on its class
+    for r in residents:
         if r not in sensitive:
             continue
-        before = max((table[r][j] for m, j in enumerate(residents) if m != k), default=1.0)
+        before = befores.get(r)
+        if before is None:
+            before = befores[r] = max((table[r][j] for j, n in counts.items() if n > (j == r)), default=1.0)
         harm += max(0.0, table[r][class_index] - before)
     return harm
 

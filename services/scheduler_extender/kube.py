@@ -1,6 +1,7 @@
 """The extender's only contact with kubernetes_asyncio: list + watch Nodes and bound Pods into a ``PodIndex``.
 
-Runs only with ``EXTENDER_POLICY=learned`` (the heuristic needs no API access). Objects stay JSON dicts.
+Runs with ``EXTENDER_POLICY=learned`` or ``EXTENDER_WEIGHT_CORUNNER`` > 0 (otherwise the extender needs no
+API access). Objects stay JSON dicts.
 Pods are watched with the field selector ``spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed``:
 bound and not finished, the pods whose requests kube-scheduler counts on a node (a pod leaving the
 selection arrives as DELETED). A watch that ends is resumed from its last resourceVersion; a 410 or any

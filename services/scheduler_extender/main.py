@@ -2,8 +2,10 @@
 
 With ``EXTENDER_POLICY=learned`` the learned placement Q-table (``EXTENDER_PLACEMENT_MODEL_DIR``, its
 ``CURRENT`` re-read every ``MODEL_POLL_S`` seconds) scores every prioritize call in shadow beside the
-heuristic, which still answers; it needs list/watch on Pods and Nodes (``EXTENDER_KUBECONFIG``, else
-KUBECONFIG or the pod's ServiceAccount). A model that cannot be loaded at start-up exits 2.
+heuristic, which still answers. With ``EXTENDER_WEIGHT_CORUNNER`` > 0 the classes of the pods bound to each
+node enter its scores (the co-runner term). Either needs list/watch on Pods and Nodes
+(``EXTENDER_KUBECONFIG``, else KUBECONFIG or the pod's ServiceAccount). A model that cannot be loaded at
+start-up exits 2.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from services.runtime.service import serve_main
 from services.scheduler_extender.extender import Extender
 from services.scheduler_extender.podindex import PodIndex
 from services.scheduler_extender.reader import StateReader
+from services.scheduler_extender.residents import follow_pods
 from services.scheduler_extender.scoring import ScoringConfig
 from services.scheduler_extender.server import ExtenderServer
 from services.scheduler_extender.settings import ExtenderSettings
@@ -110,18 +113,38 @@ def load_placement(version_dir: Path) -> PlacementModel:
         raise ModelRefusedError(f"{version_dir / TABLE_FILE}: not a usable placement Q-table ({exc})") from None
 
 
-async def start_shadow(
-    settings: ExtenderSettings, extender: Extender, server: ExtenderServer, stop: asyncio.Event, health: HealthServer
-) -> tuple[list[asyncio.Task[None]], asyncio.Event]:
-    """The learned policy in shadow: its model (hot reloaded), the pods/nodes watch, the server's hook; the
-    tasks, and the event set once the watch has listed pods and nodes."""
+async def start_pod_watch(
+    settings: ExtenderSettings, index: PodIndex, stop: asyncio.Event
+) -> tuple[asyncio.Task[None], asyncio.Event]:
+    """The pods/nodes watch feeding ``index`` (learned shadow, co-runner term); its task, and the event set
+    once it has listed pods and nodes."""
     from services.runtime.kube_client import api_client
     from services.scheduler_extender.kube import ClusterWatch
 
+    api = await api_client(settings.kubeconfig)
+    watch = ClusterWatch(api, index)
+
+    async def run_watch(stop: asyncio.Event) -> None:
+        try:
+            await watch.run(stop)
+        finally:
+            await api.close()
+
+    return asyncio.create_task(run_watch(stop), name="cluster-watch"), watch.synced
+
+
+def start_shadow(
+    settings: ExtenderSettings,
+    extender: Extender,
+    server: ExtenderServer,
+    index: PodIndex,
+    synced: asyncio.Event,
+    stop: asyncio.Event,
+) -> list[asyncio.Task[None]]:
+    """The learned policy in shadow: its model (hot reloaded) and the server's hook; the model's task."""
     models: ModelWatcher[PlacementModel] = ModelWatcher(
         "placement", settings.placement_model_dir, load_placement, poll_s=settings.model_poll_s
     )
-    index = PodIndex(class_key=settings.class_key, default_class=settings.default_class)
     shadow = Shadow(
         extender.store,
         index,
@@ -131,23 +154,10 @@ async def start_shadow(
         log_per_min=settings.shadow_log_per_min,
     )
     server.shadow, server.shadow_version = shadow, lambda: models.version_dir.name
-    api = await api_client(settings.kubeconfig)
-    watch = ClusterWatch(api, index)
     # not a readiness check: the heuristic answers whether or not the shadow's watch is synced
-    shadow.synced = watch.synced.is_set
-
-    async def run_watch(stop: asyncio.Event) -> None:
-        try:
-            await watch.run(stop)
-        finally:
-            await api.close()
-
+    shadow.synced = synced.is_set
     log.info("policy learned (shadow): model %s; the heuristic answers every call", models.version_dir.name)
-    tasks = [
-        asyncio.create_task(models.run(stop), name="placement-model"),
-        asyncio.create_task(run_watch(stop), name="cluster-watch"),
-    ]
-    return tasks, watch.synced
+    return [asyncio.create_task(models.run(stop), name="placement-model")]
 
 
 async def body(settings: ExtenderSettings, stop: asyncio.Event, health: HealthServer) -> None:
@@ -156,9 +166,17 @@ async def body(settings: ExtenderSettings, stop: asyncio.Event, health: HealthSe
     health.add_check("state_caught_up", reader.caught_up.is_set)
     shadow_tasks: list[asyncio.Task[None]] = []
     loaded: list[asyncio.Event] = []
-    if settings.policy == "learned":
-        shadow_tasks, synced = await start_shadow(settings, extender, server, stop, health)
+    if settings.policy == "learned" or settings.weight_corunner > 0:
+        index = PodIndex(class_key=settings.class_key, default_class=settings.default_class)
+        if settings.weight_corunner > 0:
+            # not a readiness check either: until the watch has listed, nodes score as without the term
+            follow_pods(extender.store, index)
+            log.info("co-runner term on (weight %.2f): pods/nodes watched", settings.weight_corunner)
+        watch_task, synced = await start_pod_watch(settings, index, stop)
+        shadow_tasks.append(watch_task)
         loaded.append(synced)
+        if settings.policy == "learned":
+            shadow_tasks += start_shadow(settings, extender, server, index, synced, stop)
     await server.start()
     tasks = [
         asyncio.create_task(reader.run(stop), name="state-reader"),

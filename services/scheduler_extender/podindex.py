@@ -90,6 +90,7 @@ class PodIndex:
         self._pods: dict[str, PodEntry] = {}  # by namespace/name
         self._by_node: dict[str, dict[str, PodEntry]] = {}
         self._view: dict[str, NodePods] = {}
+        self._listing = False  # a re-list being applied: nodes are refreshed once at its end
         self.listeners: list[Callable[[str], None]] = []  # told each node whose view changed
 
     def __len__(self) -> int:
@@ -156,12 +157,19 @@ class PodIndex:
         touched = set(self._by_node)
         self._pods.clear()
         self._by_node.clear()
-        for pod in pods:
-            self.apply_pod("ADDED", pod)
+        # each node refreshed (and its listeners told) once, not once per pod: a listener may re-score the node
+        self._listing = True
+        try:
+            for pod in pods:
+                self.apply_pod("ADDED", pod)
+        finally:
+            self._listing = False
         for name in touched | set(self._by_node):
             self._refresh(name)
 
     def _refresh(self, node: str) -> None:
+        if self._listing:
+            return
         alloc = self._allocatable.get(node)
         view = None
         if alloc is not None:

@@ -64,7 +64,8 @@ class ExtenderSettings(RuntimeSettings):
         default=0.0,
         ge=0.0,
         le=1.0,
-        description="Share of the score from the classes already bound to the node (0 = off; needs the pod index)",
+        description="Share of the score from the classes of the pods bound to the node (0 = off; > 0 watches "
+        "pods and nodes: needs list/watch on both)",
     )
     score_confidence: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Regime confidence below which its slowdown scores as unknown"
@@ -95,7 +96,9 @@ class ExtenderSettings(RuntimeSettings):
         description="How often CURRENT is re-read (hot reload), as for the other models",
     )
     kubeconfig: str | None = Field(
-        default=None, description="Kubeconfig for the pods/nodes watch (learned only); unset = KUBECONFIG or in-cluster"
+        default=None,
+        description="Kubeconfig for the pods/nodes watch (learned policy or co-runner term); "
+        "unset = KUBECONFIG or in-cluster",
     )
     shadow_log_per_min: int = Field(default=10, ge=0, description="Disagreement log lines per minute at most")
     shadow_keep: int = Field(default=100, ge=1, le=10_000, description="Shadow decisions kept for /debug/shadow")
@@ -109,11 +112,4 @@ class ExtenderSettings(RuntimeSettings):
     def _some_weight(self) -> ExtenderSettings:
         if self.weight_slowdown + self.weight_risk + self.weight_anomaly <= 0:
             raise ValueError("at least one of EXTENDER_WEIGHT_SLOWDOWN/_RISK/_ANOMALY must be positive")
-        if self.weight_corunner > 0:
-            # measured in the arena only: prioritize does not apply the term yet, so a non-zero weight would
-            # be a setting that silently does nothing (docs/arena.md "Live extender")
-            raise ValueError(
-                "EXTENDER_WEIGHT_CORUNNER: the live extender does not apply the co-runner term yet "
-                "(offline arena only: borgctl eval arena --extender-corunner-weight); leave it 0"
-            )
         return self

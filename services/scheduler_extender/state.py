@@ -2,6 +2,10 @@
 
 Pure (no Kafka, no clock: ``now_ms`` is passed in). A card is computed when an input arrives and again only
 when one of its fresh inputs turns stale, so answering the scheduler is a dictionary lookup per candidate.
+With the co-runner term on (``weight_corunner > 0``) the classes of the pods bound to a node
+(:meth:`NodeStateStore.set_residents`, fed from the pod index's watch) are folded into the node's card
+(``scoring.with_corunner``) when they change, not per call; a node the pod index does not know scores as
+without the term.
 
 Everything held per node is a plain ``tuple`` of numbers, strings and bytes (NamedTuples are converted with
 ``tuple()``; ``NodeCard._make`` / ``NodeInputs`` rebuild them). CPython's cyclic garbage collector untracks
@@ -43,6 +47,7 @@ from services.scheduler_extender.scoring import (
     ScoringConfig,
     evaluate,
     unknown_card,
+    with_corunner,
 )
 
 ANOMALIES_TOPIC = Topic.ANOMALIES
@@ -114,6 +119,8 @@ class NodeStateStore:
         self._traces: dict[str, tuple[bytes | None, bytes | None, bytes | None]] = {}
         self._slots: dict[str, Slot] = {}
         self._unknown_slots: dict[str, Slot] = {}
+        # classes of the pods bound to each node the pod index knows (sorted; only with weight_corunner > 0)
+        self._residents: dict[str, tuple[int, ...]] = {}
         # the traceparent of the newest action the referee carried out per node (taint, cordon, consolidate)
         # and per evicted pod's controller or name: a later placement links the decision that shaped it
         self._decisions: dict[str, bytes] = {}
@@ -232,14 +239,46 @@ class NodeStateStore:
         if packed == EMPTY:
             self._inputs.pop(node, None)
             self._slots.pop(node, None)
-            self._set_row(node, self.unknown.scores)
+            self._set_row(node, self._with_residents(node, self.unknown).scores)
             return
         self._inputs[node] = packed
         self._unknown_slots.pop(node, None)
-        card = evaluate(unpack_inputs(packed), self.cfg, now_ms)
+        self._evaluate(node, packed, now_ms)
+
+    def _with_residents(self, node: str, card: NodeCard) -> NodeCard:
+        return with_corunner(card, self._residents.get(node), self.cfg) if self._residents else card
+
+    def _evaluate(self, node: str, packed: PackedInputs, now_ms: int) -> NodeCard:
+        card = self._with_residents(node, evaluate(unpack_inputs(packed), self.cfg, now_ms))
         self._slots[node] = make_slot(node, card, self.node_ids.get(node))
         self._set_row(node, card.scores)
         self._min_expiry_ms = min(self._min_expiry_ms, card.expires_ms)
+        return card
+
+    def residents(self, node: str) -> tuple[int, ...] | None:
+        """The classes of the pods bound to the node as the scores use them (None: unknown or the term is off)."""
+        return self._residents.get(node)
+
+    def set_residents(self, node: str, classes: Sequence[int] | None, now_ms: int) -> bool:
+        """The classes of the pods now bound to ``node`` (None: the pod index does not know the node); the
+        node's slot and score row are re-evaluated with the co-runner term when they changed (True). Nothing
+        is held with the term off, so weight 0 answers byte for byte as without the pod index."""
+        if self.cfg.weight_corunner <= 0.0:
+            return False
+        key = tuple(sorted(classes)) if classes is not None else None
+        if self._residents.get(node) == key:
+            return False
+        if key is None:
+            del self._residents[node]
+        else:
+            self._residents[node] = key
+        packed = self._inputs.get(node)
+        if packed is not None:
+            self._evaluate(node, packed, now_ms)
+        else:
+            self._unknown_slots.pop(node, None)
+            self._set_row(node, NodeCard._make(self._unknown_slot(node)[0]).scores)
+        return True
 
     def _grow_rows(self, n: int) -> None:
         size = len(self._scores)
@@ -268,13 +307,16 @@ class NodeStateStore:
         live = len(self._slots) + len(self._unknown_slots)
         if len(self.node_ids) <= 2 * live + 10_000:
             return False
+        for node in self._residents:  # a node scored by its pods alone keeps its row (and its slot)
+            if node not in self._slots:
+                self._unknown_slot(node)
         ids = self.node_ids.renumber([*self._slots, *self._unknown_slots])
         self._scores = np.tile(self._unknown_scores, (0, 1))
         self._row_version = np.zeros(0, dtype=np.int64)
         self._grow_rows(len(ids))
         self.version += 1
         for node, i in ids.items():
-            slot = self._slots.get(node)
+            slot = self._slots.get(node) or self._unknown_slots.get(node)
             if slot is not None:
                 self._scores[i] = NodeCard._make(slot[0]).scores
         self._row_version[: len(ids)] = self.version
@@ -290,7 +332,8 @@ class NodeStateStore:
                 raise TypeError(f"node name must be a string, not {type(node).__name__}")
             if len(self._unknown_slots) >= MAX_UNKNOWN_ENCODED:
                 self._unknown_slots.clear()
-            slot = self._unknown_slots[node] = make_slot(node, self.unknown, self.node_ids.get(node))
+            card = self._with_residents(node, self.unknown)
+            slot = self._unknown_slots[node] = make_slot(node, card, self.node_ids.get(node))
         return slot
 
     def refresh_expired(self, now_ms: int) -> int:
@@ -300,7 +343,7 @@ class NodeStateStore:
         expiry = NodeCard._fields.index("expires_ms")
         expired = [node for node, slot in self._slots.items() if slot[0][expiry] <= now_ms]
         for node in expired:
-            card = evaluate(unpack_inputs(self._inputs[node]), self.cfg, now_ms)
+            card = self._with_residents(node, evaluate(unpack_inputs(self._inputs[node]), self.cfg, now_ms))
             self._slots[node] = make_slot(node, card, self.node_ids.get(node))
             self._set_row(node, card.scores)
         self._min_expiry_ms = min((slot[0][expiry] for slot in self._slots.values()), default=NEVER_MS)

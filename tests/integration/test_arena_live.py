@@ -32,6 +32,10 @@ def test_live_arena_quick_runs_both_policies_through_the_real_system(
             "120",
             "--seed",
             "3",
+            "--extender-corunner-weight",  # the configuration measured offline (docs/arena.md)
+            "0.5",
+            "--extender-weight",
+            "2",
             "--out",
             str(out),
             "--quiet",
@@ -52,6 +56,9 @@ def test_live_arena_quick_runs_both_policies_through_the_real_system(
     assert summary["extender"]["extender_filter_calls"] >= arrivals
     assert summary["extender"]["extender_prioritize_calls"] > 0
     assert summary["extender"]["extender_regime_labels"] > 0
+    # and the co-runner term followed the pods the scheduler bound (the extender's pods watch)
+    assert summary["extender"]["extender_corunner_updates"] >= arrivals
+    assert doc["details"]["extender_corunner_weight"] == 0.5 and doc["details"]["extender_weight"] == 2
     rows = {(r["case"], r["metric"]) for r in doc["results"]}
     assert ("kube-default", "slo_violation_task_s") in rows and ("extender", "slo_violation_task_s") in rows
     assert all(r["bench"] == "arena-live" for r in doc["results"])

@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBE_SH = ROOT / "infra" / "kube" / "kube.sh"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
-OPTIONAL_COMPONENTS = ["node-agent-sys-admin", "node-agent-unprivileged", "referee-apply", "extender-learned-shadow"]
+OPTIONAL_COMPONENTS = ["node-agent-sys-admin", "node-agent-unprivileged", "referee-apply", "extender-learned-shadow",
+                       "extender-corunner"]
 SCHEDULER_CONFIG = DEPLOY / "scheduler-extender" / "kube-scheduler-config.yaml"
 NAMESPACES = ("borg-system", "borg-node")
 POLICY = "borg-node-agent-least-privilege"
@@ -190,15 +191,14 @@ def test_optional_component_is_accepted_by_the_api_server(
     (extender,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "scheduler-extender"]
     spec = extender["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
-    learned = component == "extender-learned-shadow"
-    assert (env.get("EXTENDER_POLICY"), spec["automountServiceAccountToken"]) == (
-        ("learned", True) if learned else (None, False)
+    learned, corunner = component == "extender-learned-shadow", component == "extender-corunner"
+    assert (env.get("EXTENDER_POLICY"), env.get("EXTENDER_WEIGHT_CORUNNER"), spec["automountServiceAccountToken"]) == (
+        ("learned", None, True) if learned else (None, "0.5", True) if corunner else (None, None, False)
     )
     # read-only list/watch of exactly what services/scheduler_extender/kube.py watches, for its ServiceAccount
-    roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "borg-scheduler-extender"]
-    assert [r["rules"] for r in roles] == (
-        [[{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]}]] if learned else []
-    )
+    roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("borg-scheduler-ext")]
+    watch = [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]}]
+    assert [r["rules"] for r in roles] == ([watch] if learned or corunner else [])
 
 
 def test_every_borg_system_pod_meets_the_restricted_pod_security_level(

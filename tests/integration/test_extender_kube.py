@@ -132,8 +132,10 @@ def shadow_model(root: Path) -> Path:
     return root / "placement"
 
 
-@pytest.fixture
-def extender(kube: Kube, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[ExtenderProc]:
+@contextlib.contextmanager
+def extender_process(
+    kube: Kube, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, settings: dict[str, str]
+) -> Iterator[ExtenderProc]:
     port, health = free_port(), free_port()
     log = tmp_path / "extender.log"
     env = {
@@ -144,9 +146,8 @@ def extender(kube: Kube, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
         "EXTENDER_PORT": str(port),
         "HEALTH_PORT": str(health),
         "LOG_FORMAT": "text",
-        "EXTENDER_POLICY": "learned",
-        "EXTENDER_PLACEMENT_MODEL_DIR": str(shadow_model(tmp_path)),
         "EXTENDER_KUBECONFIG": str(kube.admin_kubeconfig),
+        **settings,
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     with log.open("wb") as out:
@@ -162,6 +163,13 @@ def extender(kube: Kube, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
         yield ext
     finally:
         _stop(proc)
+
+
+@pytest.fixture
+def extender(kube: Kube, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[ExtenderProc]:
+    learned = {"EXTENDER_POLICY": "learned", "EXTENDER_PLACEMENT_MODEL_DIR": str(shadow_model(tmp_path))}
+    with extender_process(kube, kafka_bootstrap, topic_prefix, tmp_path, learned) as ext:
+        yield ext
 
 
 # ---------------------------------------------------------------- the test's own kube-scheduler
@@ -475,6 +483,70 @@ async def cleanup(core: Any, namespace: str, node_names: list[str]) -> None:
         with contextlib.suppress(ApiException):
             await core.delete_node(name)
     await asyncio.sleep(0)
+
+
+def prioritize(url: str, workload_class: str, nodes: list[str]) -> dict[str, int]:
+    body = {"Pod": {"metadata": {"name": "probe", "labels": {DEFAULT_CLASS_KEY: workload_class}}}, "NodeNames": nodes}
+    request = urllib.request.Request(f"{url}/prioritize", data=orjson.dumps(body), method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return {e["Host"]: e["Score"] for e in orjson.loads(response.read())}
+
+
+@pytest.mark.timeout(300)
+async def test_corunner_term_follows_the_pods_bound_to_a_node(
+    kube: Kube, core: Any, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """EXTENDER_WEIGHT_CORUNNER=0.5 under the heuristic policy: the extender watches the API server's pods, and
+    a frontend pod bound to a node lowers that node's prioritize answer for frontend pods until it is deleted.
+    No regime input (unknown cards, penalty 0.5): an empty node scores 0.5 * 0.5 -> 8 (7.5 rounded up); beside
+    one frontend pod the co-runner penalty is 1 (0.417 + 0.417 over 0.5), so 0.25 + 0.5 -> 3."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    run_id = uuid.uuid4().hex[:8]
+    namespace = f"e2e-corunner-{run_id}"
+    nodes = [f"co-{run_id}-{k}" for k in ("a", "b")]
+    settings = {"EXTENDER_WEIGHT_CORUNNER": "0.5"}
+    try:
+        await core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for name in nodes:
+            await create_node(core, name, run_id)
+        with extender_process(kube, kafka_bootstrap, topic_prefix, tmp_path, settings) as ext:
+
+            def answers(expected: dict[str, int]) -> bool:
+                if ext.proc.poll() is not None:
+                    raise AssertionError(f"extender exited:\n{_tail(ext.log)}")
+                try:
+                    return prioritize(ext.url, "frontend_bound", nodes) == expected
+                except OSError:
+                    return False
+
+            empty = {nodes[0]: 8, nodes[1]: 8}
+            await wait_until(lambda: answers(empty), timeout=60, interval=0.2, what="the node watch (both empty)")
+
+            async def service_account() -> bool:
+                accounts = await core.list_namespaced_service_account(namespace)
+                return any(a.metadata.name == "default" for a in accounts.items)
+
+            await wait_until(service_account, timeout=60, interval=0.25, what="default ServiceAccount")
+            bound = pod("fe-0", namespace, "default-scheduler", run_id, "frontend_bound")
+            bound["spec"]["nodeName"] = nodes[0]  # bound at creation, as a scheduler's binding would leave it
+            await core.create_namespaced_pod(namespace, bound)
+            beside = {nodes[0]: 3, nodes[1]: 8}
+            await wait_until(lambda: answers(beside), timeout=30, interval=0.1, what="the bound pod in the score")
+            card = http_json(f"{ext.url}/debug/nodes?node={nodes[0]}&class=frontend_bound")["nodes"][nodes[0]]
+            assert card["frontend_bound"]["corunner"] == {"penalty": 1.0, "resident_classes": ["frontend_bound"]}
+            # batch pods are not slowed there: cpu_bound sees only the frontend resident's 1.153 -> 0.403 -> 6
+            assert prioritize(ext.url, "cpu_bound", nodes) == {nodes[0]: 6, nodes[1]: 8}
+
+            with contextlib.suppress(ApiException):
+                await core.delete_namespaced_pod("fe-0", namespace, grace_period_seconds=0)
+            await wait_until(lambda: answers(empty), timeout=30, interval=0.1, what="the deleted pod gone from it")
+            metrics = urllib.request.urlopen(f"{ext.health_url}/metrics", timeout=5).read().decode()
+            updates = [float(line.split()[-1]) for line in metrics.splitlines()
+                       if line.startswith("borg_extender_corunner_updates_total ")]
+            assert updates and updates[0] >= 4  # two nodes listed, the pod bound, the pod gone
+    finally:
+        await cleanup(core, namespace, nodes)
 
 
 @pytest.mark.parametrize("name", ["kube-scheduler-config.yaml", "kube-scheduler-local.yaml"])

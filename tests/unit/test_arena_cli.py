@@ -64,7 +64,18 @@ def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:
 
     # the live arena's own check, before it needs a cluster: an unknown policy is refused (exit 2)
     assert borgctl_eval_arena(["--live", "--policies", "oracle", "--out", str(tmp_path)]) == 2
+    # the offline arena's extender options, for the live extender: out of range is refused the same way
+    assert borgctl_eval_arena(["--live", "--extender-corunner-weight", "1.5", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "results.json").exists()
+
+
+def test_live_scheduler_config_takes_the_extender_weight(tmp_path: Path) -> None:
+    from loadtests.arena_live.kube import scheduler_config
+
+    shipped = scheduler_config("s", tmp_path / "k", "http://x")["extenders"][0]["weight"]
+    assert shipped == 5  # deploy/scheduler-extender/kube-scheduler-config.yaml
+    (ext,) = scheduler_config("s", tmp_path / "k", "http://x", 2)["extenders"]
+    assert (ext["weight"], ext["urlPrefix"]) == (2, "http://x")
 
 
 @pytest.mark.parametrize("bad", [["--extender-corunner-weight", "1.5"], ["--extender-score-confidence", "-1"]])

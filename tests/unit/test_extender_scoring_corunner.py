@@ -72,13 +72,3 @@ def test_score_confidence_scores_a_doubtful_answer_as_unknown_but_still_filters(
 def test_bad_config_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         ScoringConfig(**bad)  # type: ignore[arg-type]
-
-
-def test_the_live_service_refuses_a_corunner_weight_it_would_not_apply(monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.scheduler_extender.settings import ExtenderSettings
-
-    monkeypatch.setenv("EXTENDER_WEIGHT_CORUNNER", "0.5")
-    with pytest.raises(ValueError, match="EXTENDER_WEIGHT_CORUNNER"):
-        ExtenderSettings()
-    monkeypatch.setenv("EXTENDER_WEIGHT_CORUNNER", "0")
-    assert ExtenderSettings().weight_corunner == 0.0
