@@ -27,7 +27,9 @@ Per step (offered load = N NodeState/s) the bench consumes ``features.v1`` and
 ``BENCH_PIPELINE_STEPS=500,1000,...`` and ``BENCH_PIPELINE_STEP_S`` (≥ ``MIN_STEP_S``) override the steps;
 features runs as ``FEATURES_WORKERS`` (2) processes in one consumer group, as the
 Kubernetes deployment runs it (partitions, and with them the window table, are split
-between them); ``BENCH_FEATURES_WORKERS=N`` (1–6) runs N instead.
+between them); ``BENCH_FEATURES_WORKERS=N`` (1–6) runs N instead. ``BENCH_FEATURES_LINGER_S=X`` sets
+``STREAM_BATCH_LINGER_S`` for the features processes alone (an A/B of features' fetch linger, whose
+default is 0: docs/performance.md, "2026-11-27 evening").
 
 Steps ascend and stop after the first step that is not sustained; the ``ceiling`` rows are
 the highest load carried, and the highest carried with p99 ≤ 250 ms. The ``target`` rows
@@ -386,6 +388,20 @@ def features_workers(environ: Mapping[str, str]) -> int:
     return workers
 
 
+def features_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """Environment only the features processes get: ``BENCH_FEATURES_LINGER_S`` as their ``STREAM_BATCH_LINGER_S``."""
+    raw = environ.get("BENCH_FEATURES_LINGER_S")
+    if not raw:
+        return {}
+    try:
+        linger = float(raw)
+    except ValueError:
+        linger = math.nan
+    if not 0.0 <= linger <= 5.0:
+        raise UserError(f"BENCH_FEATURES_LINGER_S={raw!r}: expected seconds from 0 to 5 (features' fetch linger)")
+    return {"STREAM_BATCH_LINGER_S": raw}
+
+
 async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
     from services.runtime.admin import create_topics
 
@@ -397,7 +413,9 @@ async def _run(quick: bool, bootstrap: str) -> list[dict[str, Any]]:
     workers = features_workers(os.environ)
     features = ["features"] if workers == 1 else [f"features#{i}" for i in range(workers)]
     names = [*features, "regime", "anomaly"] + (["risk"] if "RISK_MODEL_DIR" in env else [])
-    services = [_spawn(n, bootstrap, prefix, work, env) for n in names]
+    own = features_env(os.environ)
+    services = [_spawn(n, bootstrap, prefix, work, {**env, **own} if n.startswith("features") else env)
+                for n in names]
     rows: list[dict[str, Any]] = []
     try:
         await _wait_ready(services)

@@ -18,7 +18,10 @@ run), headers and the ``Sink``'s batch building; only the network is not (the pr
 closed batches are dropped, as the broker would take them).
 
 A/B between two trees: run both commands alternately, several rounds each, on the same input directory, and
-compare medians (docs/performance.md, "2026-11-27: stage CPU in process").
+compare medians (docs/performance.md, "2026-11-27: stage CPU in process"). ``STREAM_BATCH_MAX=N`` in the
+environment replays batches of N instead (live features batches held ~140 NodeStates at 2,500/s per process:
+docs/performance.md, "2026-11-27 evening"); the digest then differs from the default's (the order of outputs
+across partitions follows the batches), so compare digests at the same N.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from loadtests.bench_pipeline import (
     MIN_STEP_S,
     STRETCH_NODES,
     TARGET_NODES,
+    features_env,
     features_workers,
     seconds_over,
     step_plan,
@@ -63,3 +64,11 @@ def test_features_workers_default_and_override() -> None:
 def test_bad_features_workers_name_the_variable(raw: str) -> None:
     with pytest.raises(UserError, match="BENCH_FEATURES_WORKERS"):
         features_workers({"BENCH_FEATURES_WORKERS": raw})
+
+
+def test_features_linger_goes_to_the_features_processes_only() -> None:
+    assert features_env({}) == {} == features_env({"BENCH_FEATURES_LINGER_S": ""})
+    assert features_env({"BENCH_FEATURES_LINGER_S": "0.01"}) == {"STREAM_BATCH_LINGER_S": "0.01"}
+    for raw in ("-1", "6", "soon", "nan"):
+        with pytest.raises(UserError, match="BENCH_FEATURES_LINGER_S"):
+            features_env({"BENCH_FEATURES_LINGER_S": raw})
