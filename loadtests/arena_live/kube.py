@@ -3,8 +3,8 @@
 * ``ArenaKube`` makes the run's nodes (kwok-annotated, so kwok runs their pods; labelled and
   tainted with the run id, so only the run's pods land there and the run's pods land nowhere
   else), submits each arena task as a one-pod Job whose pod kwok completes after the task's run
-  time (``pod-complete.stage.kwok.x-k8s.io/delay``), lists where every task ran and when, and
-  deletes it all at the end.
+  time (``pod-complete.stage.kwok.x-k8s.io/delay``) or when ``complete`` says its work is done,
+  lists where every task ran and when, and deletes it all at the end.
 * ``private_scheduler`` runs the kube-scheduler binary kube.sh built, under a scheduler name of the
   run's own (pods name it in ``spec.schedulerName``), either with the default profile
   (``kube-default``) or with the project's extender configuration
@@ -60,6 +60,8 @@ class TaskRun:
     phase: str
     started_s: float | None
     finished_s: float | None
+    pod: str = ""
+    """The pod's name (the Job controller's), for ``ArenaKube.complete``."""
 
 
 def kube_scheduler_binary() -> Path:
@@ -298,9 +300,26 @@ class ArenaKube:
                     p.status.phase or "Pending",
                     started,
                     finished,
+                    p.metadata.name,
                 )
             )
         return out
+
+    async def complete(self, pod: str) -> None:
+        """Let kwok complete ``pod`` now: its delay annotation set to 0 s.
+
+        kwok matches a pod's stage again on every change and schedules it with the delay read afresh,
+        cancelling the one it had scheduled (``addStageJob`` in sigs.k8s.io/kwok's pod controller), so a
+        Running Job pod whose delay becomes 0 s is completed at once. A pod already gone is no error.
+        """
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            await self.core.patch_namespaced_pod(pod, self.namespace,
+                                                 {"metadata": {"annotations": {KWOK_DELAY: "0s"}}})
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     async def delete(self) -> None:
         """The namespace (Jobs and pods with it: kwok finishes their deletion) and the nodes."""

@@ -19,9 +19,12 @@ synthetic stand-in, held-out workload kinds only) and a fresh set of kwok nodes:
   counters, published as NodeState to the pipeline, and the ledger accounts what every running task
   suffers from its co-runners (``simulator.workloads.task_slowdowns``: the worst co-runner).
 
-Simplification, stated in the results: a pod runs for its nominal time (kwok's delay is fixed when
-the Job is created), so slowdown is accounted, not applied to completion times as the offline arena
-does. Results: ``DIR/results.json`` in the bench format (``bench: "arena-live"``, ``case``: policy).
+Completion times stretch with the slowdown, as in the offline arena: each running task's remaining
+work (arena seconds) wears down by ``dt / slowdown`` per tick, and when it is done the driver sets the
+pod's kwok delay to 0 s, so kwok completes it then (``ArenaKube.complete``; the Job's own delay is only
+a fallback, 3× the nominal time). ``--no-stretch`` runs every pod for its nominal time instead (the
+slowdown then only accounted). Batch work's ``completion_inflation`` is (finish − submit) ÷ work, as
+offline. Results: ``DIR/results.json`` in the bench format (``bench: "arena-live"``, ``case``: policy).
 """
 
 from __future__ import annotations
@@ -94,36 +97,46 @@ class Ledger:
     violation_s: float = 0.0
     ls_running_s: float = 0.0
     util_s: float = 0.0
+    useful_util_s: float = 0.0
+    """Requested CPU in use divided by each task's slowdown: the work actually done, as offline."""
     nodes_used_s: float = 0.0
     elapsed_s: float = 0.0
     slowdown_samples: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     """class → (slowdown, arena seconds at it)."""
 
-    def tick(self, running: dict[int, list[Any]], dt_s: float) -> None:
-        """``running``: node index → the arrivals running there for the last ``dt_s`` arena seconds."""
+    def tick(self, running: dict[int, list[Any]], dt_s: float) -> list[tuple[Any, float]]:
+        """``running``: node index → the arrivals running there for the last ``dt_s`` arena seconds.
+
+        Returns each running arrival with the slowdown it had (for ``Completions.advance``)."""
         from simulator.workloads import task_slowdowns
 
-        cpu = 0.0
+        cpu = useful = 0.0
+        slowed: list[tuple[Any, float]] = []
         for tasks in running.values():
             if not tasks:
                 continue
             slow = task_slowdowns([t.workload_class for t in tasks], np.array([t.pressure for t in tasks]))
             for task, s in zip(tasks, slow.tolist(), strict=True):
+                slowed.append((task, s))
                 self.slowdown_samples[task.workload_class].append((s, dt_s))
                 if task.latency_sensitive:
                     self.ls_running_s += dt_s
                     if s > self.slo:
                         self.violation_s += dt_s
                 cpu += task.cpu
+                useful += task.cpu / max(s, 1.0)
         self.util_s += cpu / self.nodes * dt_s
+        self.useful_util_s += useful / self.nodes * dt_s
         self.nodes_used_s += sum(1 for tasks in running.values() if tasks) * dt_s
         self.elapsed_s += dt_s
+        return slowed
 
     def metrics(self) -> dict[str, float]:
         out = {
             "slo_violation_task_s": self.violation_s,
             "latency_sensitive_task_s": self.ls_running_s,
             "mean_cpu_utilisation": self.util_s / self.elapsed_s if self.elapsed_s else 0.0,
+            "useful_cpu_utilisation": self.useful_util_s / self.elapsed_s if self.elapsed_s else 0.0,
             "nodes_used": self.nodes_used_s / self.elapsed_s if self.elapsed_s else 0.0,
         }
         for cls, samples in sorted(self.slowdown_samples.items()):
@@ -137,14 +150,63 @@ class Ledger:
         return out
 
 
-def live_task(arrival: Any, time_scale: float) -> LiveTask:
+@dataclass
+class Completions:
+    """When each task finishes, in arena seconds: its work worn down by its slowdown, tick by tick.
+
+    Pure bookkeeping; the driver completes the pods ``advance`` returns (stretched completion times) or,
+    with stretching off, reports the tasks it sees finished through ``finished``."""
+
+    work_s: dict[str, float] = field(default_factory=dict)
+    remaining_s: dict[str, float] = field(default_factory=dict)
+    submitted_s: dict[str, float] = field(default_factory=dict)
+    finished_s: dict[str, float] = field(default_factory=dict)
+    batch: set[str] = field(default_factory=set)
+
+    def submitted(self, task_id: str, arena_s: float, work_s: float, *, latency_sensitive: bool) -> None:
+        self.work_s[task_id] = self.remaining_s[task_id] = work_s
+        self.submitted_s[task_id] = arena_s
+        if not latency_sensitive:
+            self.batch.add(task_id)
+
+    def advance(self, slowed: Sequence[tuple[str, float]], dt_s: float, arena_s: float) -> list[str]:
+        """Wear each running task's remaining work down by ``dt_s / slowdown``; the tasks done now."""
+        done = []
+        for task_id, slowdown in slowed:
+            if task_id in self.finished_s or task_id not in self.remaining_s:
+                continue
+            self.remaining_s[task_id] -= dt_s / max(slowdown, 1.0)
+            if self.remaining_s[task_id] <= 1e-9:
+                self.finished(task_id, arena_s)
+                done.append(task_id)
+        return done
+
+    def finished(self, task_id: str, arena_s: float) -> None:
+        self.finished_s.setdefault(task_id, arena_s)
+
+    def completion_inflation(self) -> float:
+        """Finished batch tasks' (finish − submit) ÷ their work (NaN when none finished)."""
+        ids = [t for t in self.batch if t in self.finished_s]
+        work = sum(self.work_s[t] for t in ids)
+        if not work:
+            return math.nan
+        return sum(self.finished_s[t] - self.submitted_s[t] for t in ids) / work
+
+
+FALLBACK_DELAY_FACTOR: Final = 3.0
+"""With stretched completions a Job's own kwok delay is this × its nominal time: only if the driver
+never completes it (the model's worst slowdown is below 3)."""
+
+
+def live_task(arrival: Any, time_scale: float, *, stretch: bool = False) -> LiveTask:
+    nominal = arrival.work_s / time_scale
     return LiveTask(
         task_id=f"t{arrival.task_id:05d}",
         kind=arrival.kind,
         workload_class=arrival.workload_class,
         cpu_m=max(1, round(arrival.cpu * NODE_CPU_M)),
         memory_mib=max(1, round(arrival.memory * NODE_MEMORY_MIB)),
-        run_s=arrival.work_s / time_scale,
+        run_s=nominal * FALLBACK_DELAY_FACTOR if stretch else nominal,
     )
 
 
@@ -311,6 +373,8 @@ class LiveContext:
     """The extender's weight in the private scheduler's config (None: the deploy file's)."""
     corunner_weight: float = 0.0
     """EXTENDER_WEIGHT_CORUNNER of the extender process (0: off, as the service's default)."""
+    stretch: bool = True
+    """Complete each pod when its slowed-down work is done (False: after its nominal time)."""
 
 
 async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: LiveContext) -> dict[str, float]:
@@ -328,6 +392,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
     procs: list[_Proc] = []
     producer = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, **kafka_client_options(), linger_ms=5)
     ledger = Ledger(size.nodes)
+    completions = Completions()
     by_id = {live_task(a, size.time_scale).task_id: a for a in arrivals}
     submitted = 0
     started = time.monotonic()
@@ -402,14 +467,25 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                 last = now
                 arena_now = (now - t0) * size.time_scale
                 while submitted < len(arrivals) and arrivals[submitted].submit_s <= arena_now:
-                    await arena.submit(live_task(arrivals[submitted], size.time_scale), name)
+                    a = arrivals[submitted]
+                    task = live_task(a, size.time_scale, stretch=ctx.stretch)
+                    await arena.submit(task, name)
+                    completions.submitted(task.task_id, arena_now, a.work_s, latency_sensitive=a.latency_sensitive)
                     submitted += 1
                 runs = await arena.runs()
                 running = running_by_node(runs, nodes, by_id)
                 for i, tasks in running.items():
                     cluster.set_corunners(i, [t.kind for t in tasks], [t.intensity for t in tasks])
                 await publish()
-                ledger.tick(running, dt_arena)
+                slowed = ledger.tick(running, dt_arena)
+                if ctx.stretch:
+                    pods = {r.task_id: r.pod for r in runs if r.phase == "Running"}
+                    for task_id in completions.advance([(f"t{t.task_id:05d}", s) for t, s in slowed],
+                                                       dt_arena, arena_now):
+                        await arena.complete(pods[task_id])
+                for r in runs:
+                    if r.phase in ("Succeeded", "Failed"):
+                        completions.finished(r.task_id, arena_now)
                 done = sum(1 for r in runs if r.phase in ("Succeeded", "Failed"))
                 if int(now - t0) % 15 == 0:
                     ctx.progress(
@@ -424,6 +500,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                     break
         runs = await arena.runs()
         out = ledger.metrics()
+        out["completion_inflation"] = completions.completion_inflation()
         if procs:
             out.update(await _extender_counts(procs[-1].health))
         if policy == "orchestrator":
@@ -463,6 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "deploy/scheduler-extender/kube-scheduler-config.yaml's)")
     p.add_argument("--extender-corunner-weight", type=float, default=0.0,
                    help="EXTENDER_WEIGHT_CORUNNER of the live extender, 0-1 (0 = off; > 0 watches the pods)")
+    p.add_argument("--no-stretch", dest="stretch", action="store_false",
+                   help="run every pod for its nominal time (slowdown accounted only), as before 2026-11-27")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
     return p
@@ -530,7 +609,7 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = LiveContext(bootstrap(), Path(kube.stdout.strip()), args.out, args.seed, progress,
-                      args.extender_weight, args.extender_corunner_weight)
+                      args.extender_weight, args.extender_corunner_weight, args.stretch)
     progress(
         f"{len(arrivals)} arrivals over {size.horizon_s:.0f} arena s ({size.time_scale:.0f}x faster than "
         f"that in wall time) on {size.nodes} kwok nodes; held-out kinds {', '.join(kinds)}"
@@ -568,7 +647,9 @@ async def run(args: argparse.Namespace) -> int:
             "extender_weight": args.extender_weight,
             "extender_corunner_weight": args.extender_corunner_weight,
             "summary": summary,
-            "simplification": "pods run for their nominal time; slowdown is accounted, not applied",
+            "completion": ("stretched: each pod completes when its work, worn down by its slowdown, is done"
+                           if args.stretch else
+                           "nominal: pods run for their nominal time; slowdown is accounted, not applied"),
         },
     }
     (args.out / "results.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")

@@ -51,6 +51,9 @@ def test_live_arena_quick_runs_both_policies_through_the_real_system(
         assert m["placed"] == arrivals and m["unfinished"] == 0, (policy, m)
         assert 0 <= m["slo_violation_task_s"] <= m["latency_sensitive_task_s"], (policy, m)
         assert 0 < m["mean_cpu_utilisation"] <= 1 and 0 < m["nodes_used"] <= 4, (policy, m)
+        # completions stretched by the slowdown (the default): no batch task finished before its work was done
+        assert m["completion_inflation"] >= 1.0, (policy, m)
+    assert doc["details"]["completion"].startswith("stretched")
     # the extender policy went through the real pipeline: the scheduler called the extender's filter for every
     # pod (prioritize only when several nodes were left) and the extender read the regime stage's labels
     assert summary["extender"]["extender_filter_calls"] >= arrivals

@@ -74,3 +74,48 @@ async def test_default_profile_places_jobs_on_the_runs_kwok_nodes_and_kwok_runs_
         ]
         await api.close()
     assert left == []
+
+
+@pytest.mark.timeout(240)
+async def test_complete_ends_a_running_pod_long_before_its_kwok_delay(
+    kube_admin: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Stretched completion times rest on this: kwok reschedules a pod's completion from its delay
+    annotation whenever the pod changes, so setting the delay to 0 s completes it now."""
+    import time
+
+    from kubernetes_asyncio import config
+
+    run_id = uuid.uuid4().hex[:8]
+    name = f"arena-{run_id}-kube-default"
+    api = await config.new_client_from_config(config_file=str(kube_admin))
+    arena = ArenaKube(api, run_id=run_id, namespace=f"arena-{run_id}")
+    try:
+        await arena.create(1, cpu="2", memory="4Gi")
+        sched = scheduler_config(name, kube_admin.parent / "scheduler.kubeconfig", extender_url=None)
+        with private_scheduler(kube_scheduler_binary(), sched, tmp_path, _free_port()):
+            tasks = [LiveTask(f"t{i}", "kind-a", "cpu_bound", 500, 256, run_s=600.0) for i in range(2)]
+            for task in tasks:
+                await arena.submit(task, name)
+
+            async def both_running() -> bool:
+                runs = await arena.runs()
+                return len(runs) == 2 and all(r.phase == "Running" and r.pod for r in runs)
+
+            await wait_until(both_running, timeout=90, interval=0.5, what="both pods Running (kwok)")
+            pods = {r.task_id: r.pod for r in await arena.runs()}
+            asked = time.monotonic()
+            await arena.complete(pods["t0"])
+
+            async def first_done() -> bool:
+                return {r.task_id: r.phase for r in await arena.runs()}.get("t0") == "Succeeded"
+
+            await wait_until(first_done, timeout=30, interval=0.3, what="t0 Succeeded after complete()")
+            assert time.monotonic() - asked < 30
+            phases = {r.task_id: r.phase for r in await arena.runs()}
+            assert phases["t1"] == "Running", phases  # the other keeps its 600 s delay
+            await arena.complete("no-such-pod")  # a pod already gone is no error
+    finally:
+        await arena.delete()
+        await api.close()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from loadtests.arena_live.kube import TaskRun, job_manifest
-from loadtests.arena_live.run import Ledger, live_task, running_by_node
+from loadtests.arena_live.run import FALLBACK_DELAY_FACTOR, Completions, Ledger, live_task, running_by_node
 from simulator.workloads import KINDS, task_slowdowns
 
 
@@ -48,13 +48,18 @@ def test_ledger_accounts_violations_utilisation_and_nodes_used_in_arena_seconds(
     bully = T(2, batch_kind, "memory_bound", 1.0, False, cpu=0.5)
     ledger = Ledger(nodes=2)
     slow = task_slowdowns(["llc_sensitive", "memory_bound"], np.array([victim.pressure, bully.pressure]))
-    ledger.tick({0: [victim, bully], 1: []}, dt_s=10.0)
+    first = ledger.tick({0: [victim, bully], 1: []}, dt_s=10.0)
     ledger.tick({0: [victim], 1: [bully]}, dt_s=10.0)
+    assert [t for t, _ in first] == [victim, bully]
+    assert [s for _, s in first] == pytest.approx(slow.tolist())
     m = ledger.metrics()
     expected_violation = 10.0 if slow[0] > 1.25 else 0.0  # only while sharing, and only if beyond the SLO
     assert m["slo_violation_task_s"] == pytest.approx(expected_violation)
     assert m["latency_sensitive_task_s"] == pytest.approx(20.0)
     assert m["mean_cpu_utilisation"] == pytest.approx(0.75 / 2)  # (0.25 + 0.5) node units over 2 nodes
+    # work done: while sharing, each task's CPU counts divided by its slowdown
+    shared = 0.25 / max(slow[0], 1.0) + 0.5 / max(slow[1], 1.0)
+    assert m["useful_cpu_utilisation"] == pytest.approx((shared + 0.75) / 2 / 2)
     assert m["nodes_used"] == pytest.approx(1.5)  # 1 node, then 2
     assert m["mean_slowdown_llc_sensitive"] == pytest.approx((slow[0] + 1.0) / 2)
     assert m["p95_slowdown_llc_sensitive"] == pytest.approx(max(slow[0], 1.0))
@@ -83,3 +88,36 @@ def test_running_by_node_keeps_running_pods_on_known_nodes_only() -> None:
         TaskRun("t2", "elsewhere", "Running", 1.0, None),
     ]
     assert running_by_node(runs, ["n0", "n1"], {"t1": a, "t2": b}) == {0: [a], 1: []}
+
+
+def test_stretched_live_tasks_keep_a_fallback_delay_longer_than_any_slowdown() -> None:
+    arrival = T(7, _kind("cpu_bound"), "cpu_bound", 0.5, False, cpu=0.125, work_s=300.0)
+    task = live_task(arrival, 10.0, stretch=True)
+    assert task.run_s == pytest.approx(30.0 * FALLBACK_DELAY_FACTOR)
+    worst = task_slowdowns(["llc_sensitive", "memory_bound"], np.array([[1.0, 1.0, 1.0, 1.0]] * 2)).max()
+    assert worst < FALLBACK_DELAY_FACTOR  # the driver, not kwok's fallback, decides when a task ends
+
+
+def test_completions_wear_work_down_by_the_slowdown_and_report_each_task_once() -> None:
+    c = Completions()
+    c.submitted("t1", 0.0, 100.0, latency_sensitive=False)
+    c.submitted("t2", 0.0, 100.0, latency_sensitive=True)
+    c.submitted("t3", 50.0, 20.0, latency_sensitive=False)
+    # 50 arena s at slowdown 2 is 25 s of t1's work; t2 runs unhindered (slowdown below 1 counts as 1)
+    assert c.advance([("t1", 2.0), ("t2", 0.9)], 50.0, 50.0) == []
+    assert c.remaining_s == {"t1": pytest.approx(75.0), "t2": pytest.approx(50.0), "t3": 20.0}
+    assert c.advance([("t1", 1.5), ("t2", 1.0), ("t3", 1.0)], 60.0, 110.0) == ["t2", "t3"]
+    assert c.advance([("t1", 1.0), ("t2", 1.0), ("unknown", 1.0)], 40.0, 150.0) == ["t1"]
+    assert c.advance([("t1", 1.0)], 10.0, 160.0) == []  # done once: kwok may still show it Running
+    c.finished("t1", 170.0)  # seen Succeeded later: the first finish stands
+    assert c.finished_s == {"t1": 150.0, "t2": 110.0, "t3": 110.0}
+    # batch only (t1, t3): (150 - 0 + 110 - 50) / (100 + 20)
+    assert c.completion_inflation() == pytest.approx(210.0 / 120.0)
+
+
+def test_completion_inflation_without_stretching_comes_from_finishes_seen() -> None:
+    c = Completions()
+    assert np.isnan(c.completion_inflation())
+    c.submitted("t1", 10.0, 100.0, latency_sensitive=False)
+    c.finished("t1", 130.0)  # waited 20 s, ran its nominal 100
+    assert c.completion_inflation() == pytest.approx(1.2)
