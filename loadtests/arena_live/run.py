@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -657,9 +658,27 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_until_terminated(args: argparse.Namespace) -> int:
+    """``run``, cancelled by SIGTERM / SIGINT so every pass's clean-up (its kwok nodes, namespace, private
+    scheduler, services and topics) still runs; a stopped run otherwise left them behind."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        return await run(args)
+    except asyncio.CancelledError:
+        print("eval arena --live: stopped; the run's nodes, processes and topics were cleaned up", file=sys.stderr)
+        return 130
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    return asyncio.run(run(args))
+    return asyncio.run(_run_until_terminated(args))
 
 
 if __name__ == "__main__":

@@ -119,3 +119,52 @@ async def test_complete_ends_a_running_pod_long_before_its_kwok_delay(
     finally:
         await arena.delete()
         await api.close()
+
+
+@pytest.mark.timeout(240)
+async def test_a_stopped_live_run_cleans_up_its_nodes(
+    kube_admin: Path,  # noqa: F811
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM mid-pass: the driver's clean-up still runs (its kwok nodes go) and it exits 130."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from kubernetes_asyncio import client, config
+
+    api = await config.new_client_from_config(config_file=str(kube_admin))
+    core = client.CoreV1Api(api)
+
+    async def arena_nodes() -> set[str]:
+        nodes = await core.list_node(label_selector="borg-orchestrator.io/arena-run")
+        return {n.metadata.name for n in nodes.items}
+
+    try:
+        before = await arena_nodes()
+        root = Path(__file__).resolve().parents[2]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadtests.arena_live.run", "--quick", "--nodes", "2", "--horizon-s", "600",
+             "--synthetic", "20", "--policies", "kube-default", "--out", str(tmp_path / "out"), "--quiet"],
+            cwd=root, env={**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap, "PYTHONPATH": str(root)},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        try:
+            async def run_nodes_exist() -> bool:
+                return len(await arena_nodes() - before) == 2
+
+            await wait_until(run_nodes_exist, timeout=90, interval=0.5, what="the run's two kwok nodes")
+            await asyncio.sleep(3)  # into the pass
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.to_thread(proc.communicate, timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 130, out.decode(errors="replace")[-2000:]
+        assert b"cleaned up" in out
+        assert await arena_nodes() - before == set()
+    finally:
+        await api.close()
