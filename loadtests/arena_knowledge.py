@@ -21,6 +21,23 @@ total, then seeded) evaluated on *believed* pressures instead of the true ones:
 
 0.75 is the mean of the per-task intensity U(0.5, 1). Writes ``DIR/seed<N>[-quick].json``. Figures and
 reading: docs/arena.md ("What knowledge would reach the oracle?").
+
+*Move variants* (``<belief>+move``, ``<belief>+move30``): the belief above for placement, plus a corrective
+step after start (:class:`MoveController`, a ``loop.Controller``): at the start of every tick, on each node
+where a latency-sensitive task's true slowdown exceeds 1.25 (what its per-pod counters show once it has run),
+evict at most one task — the one whose removal cuts the remaining violation most, a batch task on ties —
+through the arena's own ``Arena.evict`` (the orchestrator's evict action: the work done is lost, the task is
+re-queued at the end of the pending queue and placed again by the same policy, now with its observed pressure,
+never back on the node it left). A move is made only if the policy sees a node that takes the task without
+pushing a latency-sensitive task over 1.25; never the job's last running task (the orchestrator's PDB-like
+rule); each task at most once. Budget (cluster-wide): ``+move`` = the referee's default disruption budget
+(``max_disruptions`` per ``disruption_window_s``: 5 per 300 s), ``+move30`` = its action rate limit
+(``rate_limit_per_min``: 30 per 60 s) with no disruption budget; ``+move30-nopdb`` = that without the PDB-like
+rule (a job's only running task may be moved too); ``-batch`` = only batch tasks are moved (a moved
+latency-sensitive task restarts and is exposed again for all its work). Move rows add ``moves``,
+``moves_per_min``, ``lost_work_task_s`` (nominal work redone after restarts), ``lost_work_fraction`` (of all
+arrivals' work), ``lost_cpu_utilisation`` and ``useful_cpu_utilisation_net`` (useful utilisation minus the lost
+work's CPU, over the same window).
 """
 
 from __future__ import annotations
@@ -31,18 +48,20 @@ import json
 import random
 import sys
 import time
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 
+from services.referee.settings import RefereeSettings
 from simulator.arena import loop as arena_loop
 from simulator.arena.arrivals import Arrival, load_trace_tasks, synthetic_tasks, to_arrivals
-from simulator.arena.aware import COST_TIE, ArenaView, OraclePolicy, TaskPod, placement_cost
+from simulator.arena.aware import COST_TIE, SLO_SLOWDOWN, ArenaView, OraclePolicy, TaskPod, placement_cost
 from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
-from simulator.arena.loop import NODE_MEMORY, NODE_MILLI_CPU, Arena
+from simulator.arena.loop import NODE_MEMORY, NODE_MILLI_CPU, Arena, _Running
 from simulator.arena.policies import PlacementPolicy, make_policy
 from simulator.arena.report import metrics
 from simulator.workloads import KINDS, KINDS_BY_CLASS, excess, task_slowdowns
@@ -60,12 +79,13 @@ class JobPod(TaskPod):
 
     job_id: int = -1
     kind: str = ""
+    task_id: int = -1
 
 
 def pod_of(a: Arrival) -> JobPod:
     """``simulator.arena.loop.pod_of`` with the job and kind a belief may use (the same requests)."""
     return JobPod(max(1, round(a.cpu * NODE_MILLI_CPU)), max(1, round(a.memory * NODE_MEMORY)),
-                  a.workload_class, a.pressure, a.latency_sensitive, a.job_id, a.kind)
+                  a.workload_class, a.pressure, a.latency_sensitive, a.job_id, a.kind, a.task_id)
 
 
 @contextlib.contextmanager
@@ -129,6 +149,10 @@ class BeliefOracle:
         self._job_seen: dict[int, list[Pressure]] = {}
         self.fallback = 0
         self.profiled = 0
+        self.observed: set[int] = set()
+        """Tasks a move evicted: they ran, so their counters showed their true pressure."""
+        self.avoid: dict[int, int] = {}
+        """Task -> the node a move took it off (re-placing it there would undo the move)."""
 
     def _resident_belief(self, a: Arrival) -> Pressure:
         if self._res == "class":
@@ -171,13 +195,21 @@ class BeliefOracle:
         m = np.mean(seen, axis=0).tolist()  # jobobs: what the earlier tasks' counters showed
         return (m[0], m[1], m[2], m[3])
 
+    def target_cost(self, pod: JobPod, nodes: Sequence[NodeResources], avoid: int) -> tuple[int, float] | None:
+        """The cheapest believed placement of an observed pod off node ``avoid`` (None: no other node fits)."""
+        view = self._believed_view()
+        costs = [placement_cost(view, i, pod.workload_class, pod.pressure, latency_sensitive=pod.latency_sensitive)
+                 for i, node in enumerate(nodes) if i != avoid and fits(pod, node)]
+        return min(costs) if costs else None
+
     def choose(self, pod: PodRequest, nodes: Sequence[NodeResources]) -> int | None:
         assert isinstance(pod, JobPod)
-        feasible = [i for i, node in enumerate(nodes) if fits(pod, node)]
+        away = self.avoid.get(pod.task_id, -1)  # -1 for every task no move touched: unchanged behaviour
+        feasible = [i for i, node in enumerate(nodes) if i != away and fits(pod, node)]
         if not feasible:
             return None
         view = self._believed_view()
-        believed = self._arriving_belief(pod)
+        believed = pod.pressure if pod.task_id in self.observed else self._arriving_belief(pod)
         costs = [placement_cost(view, i, pod.workload_class, believed, latency_sensitive=pod.latency_sensitive)
                  for i in feasible]
         low = min(costs)
@@ -188,7 +220,168 @@ class BeliefOracle:
         chosen = self._rng.choice([i for i, t in zip(tied, best, strict=True) if t == top])
         # the loop binds every non-None answer: the task starts now and its counters become a job profile
         self._job_seen.setdefault(pod.job_id, []).append(pod.pressure)
+        self.avoid.pop(pod.task_id, None)
         return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class MoveBudget:
+    """Limits of the corrective step (cluster-wide window budget; per node per tick; per task; PDB)."""
+
+    per_window: int
+    """Moves allowed in any ``window_s`` of arena time, cluster-wide (0: none, the plain belief)."""
+    window_s: float
+    per_node_tick: int = 1
+    once_per_task: bool = True
+    """A moved task is never moved again (no ping-pong)."""
+    pdb: bool = True
+    """Never the job's last running task (the orchestrator's PDB-like rule, ``maxUnavailable: 1``)."""
+    min_cut_s: float = 10.0
+    """Skip a move whose estimated violation cut is under one tick: it cannot pay back a restart."""
+    batch_only: bool = False
+    """Move only batch tasks: a moved latency-sensitive task restarts and is exposed again for all its work."""
+
+
+_REF = RefereeSettings.model_fields
+# the referee's defaults (read from its settings, not the environment): its disruption budget, its rate limit
+REFEREE_BUDGET: Final = MoveBudget(int(_REF["max_disruptions"].default), float(_REF["disruption_window_s"].default))
+RATE_BUDGET: Final = MoveBudget(int(_REF["rate_limit_per_min"].default), 60.0)
+
+MOVE_VARIANTS: Final[dict[str, tuple[str, MoveBudget]]] = {
+    # name -> (placement belief in VARIANTS, move budget)
+    "b-res-exact+move": ("b-res-exact", REFEREE_BUDGET),
+    "b-res-exact+move30": ("b-res-exact", RATE_BUDGET),
+    "b-res-exact+move30-nopdb": ("b-res-exact", replace(RATE_BUDGET, pdb=False)),
+    "a-class+move": ("a-class", REFEREE_BUDGET),
+    "a-class+move30": ("a-class", RATE_BUDGET),
+    "a-class+move30-nopdb": ("a-class", replace(RATE_BUDGET, pdb=False)),
+    "b-res-exact+move-batch": ("b-res-exact", replace(REFEREE_BUDGET, batch_only=True)),
+    "b-res-exact+move30-batch": ("b-res-exact", replace(RATE_BUDGET, batch_only=True)),
+    "a-class+move-batch": ("a-class", replace(REFEREE_BUDGET, batch_only=True)),
+    "a-class+move30-batch": ("a-class", replace(RATE_BUDGET, batch_only=True)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    cut_s: float
+    batch: bool
+    lost_s: float
+    task: _Running
+
+    def key(self) -> tuple[float, bool, float]:
+        return (self.cut_s, self.batch, -self.lost_s)
+
+
+class MoveController:
+    """The corrective step after start (module docstring); a ``simulator.arena.loop.Controller``.
+
+    It reads the true slowdowns and pressures of the tasks on a hot node (per-pod counters after start) and
+    asks the placement policy, on its own beliefs, whether another node would take the task it would move.
+    """
+
+    def __init__(self, policy: BeliefOracle, budget: MoveBudget, slo: float = SLO_SLOWDOWN) -> None:
+        self.policy = policy
+        self.budget = budget
+        self.slo = slo
+        self._recent: deque[float] = deque()
+        self._moved: set[int] = set()
+        self.moves = 0
+        self.moved_latency_sensitive = 0
+        self.lost_work_s = 0.0
+        """Nominal work (task-seconds) done by moved tasks before their eviction: redone after the restart."""
+        self.lost_cpu_s = 0.0
+        """The same in node-CPU-seconds (work × the pod's CPU request as a fraction of a node)."""
+        self.hot_node_ticks = 0
+        self.budget_blocked = 0
+        """Hot node-ticks left alone because the window's budget was spent."""
+        self.no_target = 0
+        self.pdb_refused = 0
+
+    def held(self) -> int:
+        return 0
+
+    def extra(self, outcome_ticks: int, tick_s: float) -> dict[str, float]:
+        minutes = outcome_ticks * tick_s / 60.0
+        return {"moves": float(self.moves), "moves_per_min": self.moves / minutes if minutes else 0.0,
+                "moved_latency_sensitive": float(self.moved_latency_sensitive),
+                "lost_work_task_s": self.lost_work_s, "lost_work_node_cpu_s": self.lost_cpu_s,
+                "hot_node_ticks": float(self.hot_node_ticks), "moves_blocked_by_budget": float(self.budget_blocked),
+                "moves_without_target": float(self.no_target), "moves_refused_pdb": float(self.pdb_refused)}
+
+    def step(self, tick: int, t_s: float, arena: Arena, pending: deque[Arrival]) -> None:
+        b = arena.view
+        hot = [i for i in range(arena.n) if bool((b.latency_sensitive[i] & (b.slowdown[i] > self.slo)).any())]
+        self.hot_node_ticks += len(hot)
+        if not hot or self.budget.per_window <= 0:
+            return
+        while self._recent and self._recent[0] <= t_s - self.budget.window_s:
+            self._recent.popleft()
+        if len(self._recent) >= self.budget.per_window:  # spent: not worth ranking candidates
+            self.budget_blocked += len(hot)
+            return
+        jobs = Counter(t.arrival.job_id for tasks in arena.residents for t in tasks) if self.budget.pdb else None
+        ranked = [(cands[0].key(), i, cands) for i in hot if (cands := self._candidates(arena, i, jobs))]
+        ranked.sort(key=lambda r: r[0], reverse=True)  # the budget goes to the largest cuts first
+        for n, (_, i, cands) in enumerate(ranked):
+            if len(self._recent) >= self.budget.per_window:
+                self.budget_blocked += len(ranked) - n
+                return
+            done = 0
+            for c in cands:
+                if done >= self.budget.per_node_tick or len(self._recent) >= self.budget.per_window:
+                    break
+                a = c.task.arrival
+                pod = pod_of(a)
+                target = self.policy.target_cost(pod, arena.resources, i)
+                if target is None or target[0] > 0:  # nowhere to go without pushing a latency-sensitive task over
+                    self.no_target += 1
+                    continue
+                # the existing mechanism: Arena.evict (work lost) and back to the end of the pending queue,
+                # exactly as the orchestrator's evict action does
+                pending.append(arena.evict(i, c.task))
+                self.policy.observed.add(a.task_id)
+                self.policy.avoid[a.task_id] = i
+                self._moved.add(a.task_id)
+                self._recent.append(t_s)
+                self.moves += 1
+                self.moved_latency_sensitive += int(a.latency_sensitive)
+                self.lost_work_s += c.lost_s
+                self.lost_cpu_s += c.lost_s * pod.milli_cpu / NODE_MILLI_CPU
+                done += 1
+                if jobs is not None:
+                    jobs[a.job_id] -= 1
+
+    def _candidates(self, arena: Arena, i: int, jobs: Counter[int] | None) -> list[_Candidate]:
+        """Tasks on hot node ``i`` worth moving, best first: estimated violation-seconds cut (time the relieved
+        latency-sensitive tasks would otherwise stay over the SLO at today's rates), batch, least work lost."""
+        tasks = arena.residents[i]
+        slow = arena.view.slowdown[i]
+        over = arena.view.latency_sensitive[i] & (slow > self.slo)
+        left = [t.remaining_s * t.slowdown for t in tasks]  # wall-clock left at the current slowdown
+        classes = [t.arrival.workload_class for t in tasks]
+        pressures = np.array([t.arrival.pressure for t in tasks], dtype=np.float64).reshape(-1, 4)
+        out: list[_Candidate] = []
+        for k, t in enumerate(tasks):
+            if self.budget.once_per_task and t.arrival.task_id in self._moved:
+                continue
+            if self.budget.batch_only and t.arrival.latency_sensitive:
+                continue
+            keep = [j for j in range(len(tasks)) if j != k]
+            after = task_slowdowns([classes[j] for j in keep], pressures[keep])
+            # a relieved co-runner stays over the SLO until the moved task would have finished anyway
+            cut = sum(min(left[j], left[k]) for j, s in zip(keep, after.tolist(), strict=True)
+                      if over[j] and s <= self.slo)
+            if over[k]:  # the victim itself leaves: it would have suffered while its co-runners ran
+                cut += min(left[k], max((left[j] for j in keep), default=0.0))
+            if cut < self.budget.min_cut_s:
+                continue
+            if jobs is not None and jobs[t.arrival.job_id] <= 1:
+                self.pdb_refused += 1
+                continue
+            out.append(_Candidate(cut, not t.arrival.latency_sensitive, t.arrival.work_s - t.remaining_s, t))
+        out.sort(key=_Candidate.key, reverse=True)
+        return out
 
 
 def run_variants(arrivals: Sequence[Arrival], nodes: int, horizon_s: float, seed: int, variants: Sequence[str],
@@ -200,14 +393,19 @@ def run_variants(arrivals: Sequence[Arrival], nodes: int, horizon_s: float, seed
         for name in variants:
             view = ArenaView(nodes)
             policy: PlacementPolicy
+            mover: MoveController | None = None
             if name == "oracle":
                 policy = OraclePolicy(seed, view)
             elif name in VARIANTS:
                 policy = BeliefOracle(name, seed, view, *VARIANTS[name], means)
+            elif name in MOVE_VARIANTS:
+                belief, budget = MOVE_VARIANTS[name]
+                policy = BeliefOracle(name, seed, view, *VARIANTS[belief], means)
+                mover = MoveController(policy, budget)
             else:
                 policy = make_policy(name, seed)
             w0, c0 = time.perf_counter(), time.process_time()
-            arena = Arena(list(arrivals), nodes, policy, view, horizon_s=horizon_s, tick_s=10.0)
+            arena = Arena(list(arrivals), nodes, policy, view, horizon_s=horizon_s, tick_s=10.0, controller=mover)
             if isinstance(policy, BeliefOracle):
                 policy.arena = arena
             m = metrics(arena.run())
@@ -223,6 +421,15 @@ def run_variants(arrivals: Sequence[Arrival], nodes: int, horizon_s: float, seed
             if isinstance(policy, BeliefOracle):
                 row["arriving_fallback_decisions"] = policy.fallback
                 row["arriving_profiled_decisions"] = policy.profiled
+            if mover is not None:
+                row |= {k: m[k] for k in ("finished", "evictions", *mover.extra(0, 10.0))}
+                # useful utilisation counts the progress a move later throws away; net of it, over the same window
+                lost = mover.lost_cpu_s / (nodes * horizon_s)
+                useful = row["useful_cpu_utilisation"]
+                row["lost_cpu_utilisation"] = lost
+                row["useful_cpu_utilisation_net"] = useful - lost if isinstance(useful, float) else None
+                total = sum(a.work_s for a in arrivals)
+                row["lost_work_fraction"] = mover.lost_work_s / total if total else 0.0
             rows[name] = row
             if progress:
                 print(f"seed {seed} {name}: SLO violation {row['slo_violation_task_s']:.0f} task-s, useful "
@@ -249,10 +456,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS and v not in ("kube-default", "oracle", "random")]
+    unknown = [v for v in variants
+               if v not in VARIANTS and v not in MOVE_VARIANTS and v not in ("kube-default", "oracle", "random")]
     if unknown:
         print(f"arena_knowledge: unknown variant(s) {unknown}; choose from kube-default, oracle, random, "
-              f"{', '.join(VARIANTS)}", file=sys.stderr)
+              f"{', '.join([*VARIANTS, *MOVE_VARIANTS])}", file=sys.stderr)
         return 2
     version = (ROOT / "models" / "regime" / "CURRENT").read_text().strip()
     card = json.loads((ROOT / "models" / "regime" / version / "model_card.json").read_text())
