@@ -59,8 +59,15 @@ import numpy as np
 from services.referee.settings import RefereeSettings
 from simulator.arena import loop as arena_loop
 from simulator.arena.arrivals import Arrival, load_trace_tasks, synthetic_tasks, to_arrivals
-from simulator.arena.aware import COST_TIE, SLO_SLOWDOWN, ArenaView, OraclePolicy, TaskPod, placement_cost
-from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
+from simulator.arena.aware import (
+    SLO_SLOWDOWN,
+    ArenaView,
+    OraclePolicy,
+    TaskPod,
+    least_interference,
+    placement_cost,
+)
+from simulator.arena.kube_default import NodeResources, PodRequest, fits
 from simulator.arena.loop import NODE_MEMORY, NODE_MILLI_CPU, Arena, _Running
 from simulator.arena.policies import PlacementPolicy, make_policy
 from simulator.arena.report import metrics
@@ -132,7 +139,7 @@ VARIANTS: Final[dict[str, tuple[str, str, float]]] = {
 
 
 class BeliefOracle:
-    """OraclePolicy.choose on believed pressures (see the module docstring)."""
+    """The oracle's rule (``aware.least_interference``) on believed pressures (see the module docstring)."""
 
     def __init__(self, name: str, seed: int, view: ArenaView, residents: str, arriving: str, arr_intensity: float,
                  means: dict[str, Pressure]) -> None:
@@ -208,16 +215,8 @@ class BeliefOracle:
         feasible = [i for i, node in enumerate(nodes) if i != away and fits(pod, node)]
         if not feasible:
             return None
-        view = self._believed_view()
         believed = pod.pressure if pod.task_id in self.observed else self._arriving_belief(pod)
-        costs = [placement_cost(view, i, pod.workload_class, believed, latency_sensitive=pod.latency_sensitive)
-                 for i in feasible]
-        low = min(costs)
-        tied = [i for i, cost in zip(feasible, costs, strict=True)
-                if cost[0] == low[0] and cost[1] <= low[1] + COST_TIE]
-        best = [float(score(pod, nodes[i]).total) for i in tied]
-        top = max(best)
-        chosen = self._rng.choice([i for i, t in zip(tied, best, strict=True) if t == top])
+        chosen = least_interference(self._rng, self._believed_view(), pod, nodes, feasible, believed)
         # the loop binds every non-None answer: the task starts now and its counters become a job profile
         self._job_seen.setdefault(pod.job_id, []).append(pod.pressure)
         self.avoid.pop(pod.task_id, None)

@@ -199,10 +199,15 @@ FALLBACK_DELAY_FACTOR: Final = 3.0
 never completes it (the model's worst slowdown is below 3)."""
 
 
+def live_id(arrival: Any) -> str:
+    """The task id (Job name, pod label) the live arena gives an arrival."""
+    return f"t{arrival.task_id:05d}"
+
+
 def live_task(arrival: Any, time_scale: float, *, stretch: bool = False) -> LiveTask:
     nominal = arrival.work_s / time_scale
     return LiveTask(
-        task_id=f"t{arrival.task_id:05d}",
+        task_id=live_id(arrival),
         kind=arrival.kind,
         workload_class=arrival.workload_class,
         cpu_m=max(1, round(arrival.cpu * NODE_CPU_M)),
@@ -394,7 +399,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
     producer = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, **kafka_client_options(), linger_ms=5)
     ledger = Ledger(size.nodes)
     completions = Completions()
-    by_id = {live_task(a, size.time_scale).task_id: a for a in arrivals}
+    by_id = {live_id(a): a for a in arrivals}
     submitted = 0
     started = time.monotonic()
     try:
@@ -481,8 +486,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                 slowed = ledger.tick(running, dt_arena)
                 if ctx.stretch:
                     pods = {r.task_id: r.pod for r in runs if r.phase == "Running"}
-                    for task_id in completions.advance([(f"t{t.task_id:05d}", s) for t, s in slowed],
-                                                       dt_arena, arena_now):
+                    for task_id in completions.advance([(live_id(t), s) for t, s in slowed], dt_arena, arena_now):
                         await arena.complete(pods[task_id])
                 for r in runs:
                     if r.phase in ("Succeeded", "Failed"):

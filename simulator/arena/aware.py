@@ -167,12 +167,20 @@ class OraclePolicy:
 
     def choose(self, pod: PodRequest, nodes: Sequence[NodeResources]) -> int | None:
         feasible = [i for i, node in enumerate(nodes) if fits(pod, node)]
-        if not feasible:
-            return None
         pressure = pod.pressure if isinstance(pod, TaskPod) else (0.0, 0.0, 0.0, 0.0)
-        ls = isinstance(pod, TaskPod) and pod.latency_sensitive
-        costs = [placement_cost(self._view, i, _class_of(pod), pressure, latency_sensitive=ls) for i in feasible]
-        low = min(costs)
-        tied = [i for i, cost in zip(feasible, costs, strict=True)
-                if cost[0] == low[0] and cost[1] <= low[1] + COST_TIE]
-        return _tied_best(self._rng, tied, [float(score(pod, nodes[i]).total) for i in tied])
+        return least_interference(self._rng, self._view, pod, nodes, feasible, pressure)
+
+
+def least_interference(rng: random.Random, view: ArenaView, pod: PodRequest, nodes: Sequence[NodeResources],
+                       feasible: Sequence[int], pressure: tuple[float, float, float, float]) -> int | None:
+    """The oracle's rule over ``feasible`` nodes, with ``pressure`` as the pod's and ``view`` as the residents'
+    (the truth for the oracle; research tools pass beliefs): fewest latency-sensitive tasks pushed over the SLO,
+    then least slowdown seen + caused (within ``COST_TIE``), then kube-default's total, then seeded."""
+    if not feasible:
+        return None
+    ls = isinstance(pod, TaskPod) and pod.latency_sensitive
+    costs = [placement_cost(view, i, _class_of(pod), pressure, latency_sensitive=ls) for i in feasible]
+    low = min(costs)
+    tied = [i for i, cost in zip(feasible, costs, strict=True)
+            if cost[0] == low[0] and cost[1] <= low[1] + COST_TIE]
+    return _tied_best(rng, tied, [float(score(pod, nodes[i]).total) for i in tied])
