@@ -86,13 +86,12 @@ class JobPod(TaskPod):
 
     job_id: int = -1
     kind: str = ""
-    task_id: int = -1
 
 
 def pod_of(a: Arrival) -> JobPod:
     """``simulator.arena.loop.pod_of`` with the job and kind a belief may use (the same requests)."""
     return JobPod(max(1, round(a.cpu * NODE_MILLI_CPU)), max(1, round(a.memory * NODE_MEMORY)),
-                  a.workload_class, a.pressure, a.latency_sensitive, a.job_id, a.kind, a.task_id)
+                  a.workload_class, a.pressure, a.latency_sensitive, task_id=a.task_id, job_id=a.job_id, kind=a.kind)
 
 
 @contextlib.contextmanager

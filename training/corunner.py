@@ -37,6 +37,19 @@ def table(kinds: Sequence[str], decimals: int = 3) -> tuple[tuple[float, ...], .
     return tuple(tuple(round(float(v), decimals) for v in row) for row in out)
 
 
+def pressure_guess(kinds: Sequence[str], decimals: int = 4) -> tuple[tuple[float, ...], ...]:
+    """Per class (WORKLOAD_CLASSES order): mean pressure of the given kinds at the mean intensity (0.75): the
+    load term's guess for a pod whose own counters are not read yet (``corunner.CLASS_PRESSURE_GUESS``)."""
+    out = []
+    for cls in WORKLOAD_CLASSES:
+        members = [k for k in kinds if KINDS[k].workload_class == cls]
+        if not members:
+            raise ValueError(f"no kind of class {cls} among {list(kinds)}")
+        mean = np.mean([KINDS[k].pressure for k in members], axis=0) * float(INTENSITIES.mean())
+        out.append(tuple(round(float(v), decimals) for v in mean))
+    return tuple(out)
+
+
 def train_kinds(model_root: Path) -> list[str]:
     """The training kinds named by a regime model's card (its root's CURRENT, or a version directory)."""
     from services.runtime.model_watch import resolve
@@ -56,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"# training kinds: {', '.join(kinds)}; rows/columns: {', '.join(WORKLOAD_CLASSES)}")
     for row in table(kinds):
         print(f"    ({', '.join(f'{v:.3f}' for v in row)}),")
+    print("# CLASS_PRESSURE_GUESS (llc, membw, core, frontend per class)")
+    for row in pressure_guess(kinds):
+        print(f"    ({', '.join(f'{v:.4g}' for v in row)}),")
     return 0
 
 

@@ -22,6 +22,10 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Final
 
+import numpy as np
+
+from simulator.workloads import SENSITIVITY_MATRIX, excess
+
 # rows: the pod slowed (victim); columns: the co-runner; both in WORKLOAD_CLASSES order
 # (cpu_bound, llc_sensitive, memory_bound, frontend_bound). Regime model 20261126-232416-sim's train kinds.
 CORUNNER_SLOWDOWN: Final[tuple[tuple[float, ...], ...]] = (
@@ -57,3 +61,46 @@ def corunner_penalty(class_index: int, residents: Sequence[int], sensitive: Coll
                      table: Table = CORUNNER_SLOWDOWN) -> float:
     """``harm / (max_slowdown - 1)`` capped to [0, 1], the scale of the regime's slowdown penalty."""
     return min(1.0, max(0.0, corunner_harm(class_index, residents, sensitive, table) / (max_slowdown - 1.0)))
+
+
+# --------------------------------------------------------------------------- the load term (per-pod estimates)
+# What a pod presses on (llc, membw, core, frontend) before its own counters are read: the mean over the regime
+# model's training kinds of its class at the mean intensity 0.75 (the arrivals' U(0.5, 1)); never a held-out kind.
+# ``tests/unit/test_extender_load_term.py`` checks these against the shipped card's training kinds.
+CLASS_PRESSURE_GUESS: Final[tuple[tuple[float, float, float, float], ...]] = (
+    (0.0625, 0.05, 0.5375, 0.0875),
+    (0.6, 0.2625, 0.15, 0.0875),
+    (0.3125, 0.6125, 0.1125, 0.0375),
+    (0.125, 0.05, 0.2625, 0.55),
+)
+Resident = tuple[int, Sequence[float], bool]
+"""A pod bound to the node: (class index, estimated pressure on llc/membw/core/frontend, latency-sensitive)."""
+
+
+def load_harm(class_index: int, pressure: Sequence[float], latency_sensitive: bool, residents: Sequence[Resident],
+              slo_slowdown: float = 1.25) -> float:
+    """The load term's harm of placing one pod among ``residents``, on per-pod pressure estimates.
+
+    Slowdowns follow the interference model the regime model's labels come from (``simulator.workloads``: a
+    pod's slowdown is set by its worst co-runner, per-class sensitivity to each resource's excess pressure).
+    Harm = 1 for every latency-sensitive pod (the new one included) the placement pushes over ``slo_slowdown``,
+    plus the slowdown above 1 it brings them (the new pod's own, each resident's increase): as the oracle ranks
+    nodes, an SLO crossing outweighs any amount of mere slowdown.
+    """
+    if not residents:
+        return 0.0
+    classes = np.array([r[0] for r in residents], dtype=np.int64)
+    ex = excess(np.array([r[1] for r in residents], dtype=np.float64).reshape(len(residents), 4))
+    mine = excess(np.asarray(pressure, dtype=np.float64))
+    harm = 0.0
+    if latency_sensitive:
+        own = float((1.0 + ex @ SENSITIVITY_MATRIX[class_index]).max())
+        harm += (own - 1.0) + float(own > slo_slowdown)
+    ls = np.array([r[2] for r in residents], dtype=bool)
+    if ls.any():
+        m = 1.0 + SENSITIVITY_MATRIX[classes] @ ex.T  # m[k, j]: what resident j does to resident k
+        np.fill_diagonal(m, 1.0)
+        before = m.max(axis=1)[ls]
+        after = np.maximum(before, 1.0 + SENSITIVITY_MATRIX[classes[ls]] @ mine)
+        harm += float((after - before).sum()) + float(((after > slo_slowdown) & (before <= slo_slowdown)).sum())
+    return harm

@@ -430,6 +430,14 @@ def placement_score(card: NodeCard, class_index: int, residents: Sequence[int], 
     return _mixed(card.penalties[class_index], p_co, cfg)[1]
 
 
+def score_with_penalty(card: NodeCard, class_index: int, p_co: float, cfg: ScoringConfig) -> int:
+    """The node's 0–10 score with a co-runner penalty ``p_co`` (0–1) computed elsewhere (the load term on
+    per-pod estimates, ``corunner.load_harm``) mixed in at ``weight_corunner``, as ``placement_score`` does."""
+    if cfg.weight_corunner <= 0.0:
+        return card.scores[class_index]
+    return _mixed(card.penalties[class_index], min(1.0, max(0.0, p_co)), cfg)[1]
+
+
 @lru_cache(maxsize=4096)
 def _corunner_penalties(
     residents: tuple[int, ...], sensitive: frozenset[int], max_slowdown: float

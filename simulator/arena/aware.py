@@ -56,6 +56,8 @@ class TaskPod(PodRequest):
     workload_class: str = "cpu_bound"
     pressure: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     latency_sensitive: bool = False
+    task_id: int = -1
+    """The arena task it runs (what a per-pod estimate is kept under; never read by the oracle)."""
 
 
 @dataclass
@@ -74,6 +76,8 @@ class ArenaView:
     """Per node: current true slowdown of each resident task."""
     latency_sensitive: list[np.ndarray] = field(default_factory=list)
     """Per node: whether each resident task is latency-sensitive."""
+    task_ids: list[list[int]] = field(default_factory=list)
+    """Per node: the task id of each resident."""
 
     def __post_init__(self) -> None:
         self.labels = self.labels or [None] * self.nodes
@@ -81,6 +85,7 @@ class ArenaView:
         self.excess = self.excess or [np.zeros((0, 4)) for _ in range(self.nodes)]
         self.slowdown = self.slowdown or [np.zeros(0) for _ in range(self.nodes)]
         self.latency_sensitive = self.latency_sensitive or [np.zeros(0, dtype=bool) for _ in range(self.nodes)]
+        self.task_ids = self.task_ids or [[] for _ in range(self.nodes)]
 
 
 def _tied_best(rng: random.Random, candidates: Sequence[int], totals: Sequence[float]) -> int:

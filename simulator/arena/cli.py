@@ -74,6 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hold-s", type=float, default=60.0, help="orchestrator: an admission hold lasts this long")
     p.add_argument("--orchestrator-actions", default=None,
                    help="orchestrator: comma-separated action kinds applied (default all; others refused)")
+    p.add_argument("--orchestrator-moves", action="store_true",
+                   help="orchestrator: corrective moves on per-pod load estimates (services.agents."
+                        "interference_policy; docs/arena.md 'Moves in the orchestrator')")
+    p.add_argument("--orchestrator-load-term", action="store_true",
+                   help="orchestrator: the extender's co-runner term on per-pod load estimates (corunner.load_harm) "
+                        "instead of the class table (needs --extender-corunner-weight > 0)")
+    p.add_argument("--pod-pressure-noise", type=float, default=0.2,
+                   help="orchestrator moves: per-pod pressure estimate = true x exp(N(0, sigma)), this sigma")
+    p.add_argument("--move-batch-only", action="store_true",
+                   help="orchestrator moves: move only pods that are not latency-sensitive")
+    p.add_argument("--move-margin", type=float, default=0.0,
+                   help="orchestrator moves: act only when an estimated slowdown exceeds 1.25 + this")
+    p.add_argument("--move-min-age-s", type=float, default=10.0,
+                   help="orchestrator moves: a pod is moved only after running this long (its counters' window)")
     p.add_argument("--forecast-model", type=Path, default=ROOT / "models" / "forecast",
                    help="load forecaster root (its CURRENT) or a version directory, for the report's forecast "
                         "section (missing or refused: baselines only, and the reason in details.forecast)")
@@ -87,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, command: str) -> int:
     from loadtests.bench_format import machine
+    from services.agents.interference_policy import MoveSettings
     from services.regime.model import load_regime_model
     from services.runtime.model_watch import resolve
     from simulator.arena.arrivals import load_trace_tasks, synthetic_tasks, to_arrivals
@@ -134,6 +149,15 @@ def run(args: argparse.Namespace, command: str) -> int:
         scoring = _scoring_config(args)
     except ValueError as exc:
         print(f"eval arena: extender scoring: {exc}", file=sys.stderr)
+        return 2
+    if args.pod_pressure_noise < 0:
+        print("eval arena: --pod-pressure-noise must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        moves = (MoveSettings(min_age_s=args.move_min_age_s, batch_only=args.move_batch_only, margin=args.move_margin)
+                 if args.orchestrator_moves else None)
+    except ValueError as exc:
+        print(f"eval arena: --move-min-age-s: {exc}", file=sys.stderr)
         return 2
     model = load_regime_model(resolve(args.model))
     key = "heldout_kinds" if args.kinds == "heldout" else "train_kinds"
@@ -184,14 +208,21 @@ def run(args: argparse.Namespace, command: str) -> int:
             orch = OrchestratorPolicy(args.seed, view, NodeControl(nodes), scoring, weight=args.extender_weight)
             policy = orch
             cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
-            observer = RegimeObserver(model, [s.name for s in cluster.specs])
+            names = [s.name for s in cluster.specs]
+            if args.extender_inputs == "model":
+                observer = RegimeObserver(model, names)
+            else:  # regimes.v2 silent: no labels, so no counters to simulate (utilisation from requests)
+                cluster = None
             controller = Orchestrator(
-                [s.name for s in cluster.specs], orch, model_version=model.version,
+                names, orch, model_version=model.version,
                 cfg=OrchestratorConfig(every_ticks=max(1, args.orchestrator_every_ticks),
                                        taint_ttl_s=args.taint_ttl_s, hold_s=args.hold_s,
                                        extender_weight=args.extender_weight,
                                        actions=(frozenset(args.orchestrator_actions.split(","))
-                                                if args.orchestrator_actions else None)))
+                                                if args.orchestrator_actions else None),
+                                       moves=moves, load_term=args.orchestrator_load_term,
+                                       pod_noise=args.pod_pressure_noise, noise_seed=args.seed,
+                                       min_age_s=args.move_min_age_s))
         elif name == "oracle":
             policy = OraclePolicy(args.seed, view)
         elif name == "learned":  # same regime path as the extender: its state is what the extender sees
@@ -244,7 +275,11 @@ def run(args: argparse.Namespace, command: str) -> int:
                "extender_inputs": args.extender_inputs,
                "tick_s": args.tick_s, "arrivals": stats.as_dict(),
                "orchestrator": {"every_ticks": args.orchestrator_every_ticks, "taint_ttl_s": args.taint_ttl_s,
-                                "hold_s": args.hold_s, "actions": args.orchestrator_actions},
+                                "hold_s": args.hold_s, "actions": args.orchestrator_actions,
+                                "moves": args.orchestrator_moves, "load_term": args.orchestrator_load_term,
+                                "pod_pressure_noise": args.pod_pressure_noise,
+                                "move_min_age_s": args.move_min_age_s, "move_batch_only": args.move_batch_only,
+                                "move_margin": args.move_margin},
                "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary,
                "forecast": forecasts}
     doc = {"machine": machine(), "results": results, "details": details}

@@ -116,7 +116,7 @@ class Controller(Protocol):
 
 def pod_of(a: Arrival) -> TaskPod:
     return TaskPod(max(1, round(a.cpu * NODE_MILLI_CPU)), max(1, round(a.memory * NODE_MEMORY)),
-                   a.workload_class, a.pressure, a.latency_sensitive)
+                   a.workload_class, a.pressure, a.latency_sensitive, a.task_id)
 
 
 class Arena:
@@ -161,6 +161,7 @@ class Arena:
             t.slowdown = s
         self.view.classes[i], self.view.excess[i], self.view.slowdown[i] = classes, ex, slow
         self.view.latency_sensitive[i] = np.array([t.arrival.latency_sensitive for t in tasks], dtype=bool)
+        self.view.task_ids[i] = [t.arrival.task_id for t in tasks]
         self._dirty.add(i)
 
     def _place(self, t_s: float, pending: deque[Arrival]) -> tuple[int, int, float]:

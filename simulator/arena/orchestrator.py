@@ -46,15 +46,25 @@ applied: unschedulable and NoSchedule nodes filtered, ``+ 3 × TaintToleration``
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final, Literal
 
-from contracts.models import UNKNOWN_REGIME, ClusterState, NodeState, Proposal, RegimeLabelV2, TaskEvent
+from contracts.models import (
+    UNKNOWN_REGIME,
+    WORKLOAD_CLASSES,
+    ClusterState,
+    NodeState,
+    Proposal,
+    RegimeLabelV2,
+    TaskEvent,
+)
 from contracts.topics import Topic
-from services.agents import admission_policy, efficiency_policy, reliability_policy
+from services.agents import admission_policy, efficiency_policy, interference_policy, reliability_policy
+from services.agents.interference_policy import MoveSettings, NodeLoad, PodLoad
 from services.agents.proposals import Candidate
 from services.agents.settings import AdmissionSettings, EfficiencySettings, ReliabilitySettings
 from services.agents.view import ClusterView
@@ -62,7 +72,8 @@ from services.cluster_watcher.model import queue_health
 from services.cluster_watcher.settings import WatcherSettings
 from services.referee.policy import RefereeState, resolve, settle
 from services.referee.settings import RefereeSettings
-from services.scheduler_extender.scoring import RegimeIn, ScoringConfig
+from services.scheduler_extender.corunner import CLASS_PRESSURE_GUESS, load_harm
+from services.scheduler_extender.scoring import NodeCard, RegimeIn, ScoringConfig, score_with_penalty
 from simulator.arena.arrivals import Arrival
 from simulator.arena.aware import EXTENDER_SCALE, EXTENDER_WEIGHT, ArenaView, ExtenderPolicy, TaskPod
 from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
@@ -99,6 +110,15 @@ class OrchestratorConfig:
     extender_weight: int = EXTENDER_WEIGHT
     actions: frozenset[str] | None = None
     """Action kinds the arena applies (None: all); the others are ``refused`` as an actuator that may not."""
+    moves: MoveSettings | None = None
+    """Corrective moves (``services.agents.interference_policy``) on per-pod load estimates; None: off."""
+    load_term: bool = False
+    """Placement reads the per-pod estimates too (``corunner.load_harm`` instead of the class table)."""
+    pod_noise: float = 0.2
+    """Per-pod pressure estimate = true pressure × exp(N(0, pod_noise)) per resource (:class:`PodEstimates`)."""
+    noise_seed: int = 0
+    min_age_s: float = 10.0
+    """A pod's counters are read once it has run this long (one window)."""
 
 
 @dataclass
@@ -130,6 +150,40 @@ class NodeControl:
         return sum(1 for _, e in self.taints[i] if e == "PreferNoSchedule")
 
 
+class PodEstimates:
+    """Per-pod pressure estimates, as per-pod (cgroup) counters would give them.
+
+    A pod is measured once it has run ``min_age_s``: its true pressure times ``exp(N(0, noise))`` per resource,
+    clipped to [0, 1], drawn once per task (a persistent per-pod error, not one that averages away). Until then,
+    and for a pod never seen, the guess is its class's mean over the regime model's training kinds
+    (``corunner.CLASS_PRESSURE_GUESS``). A re-queued task keeps its estimate (its replacement is the same work).
+    """
+
+    def __init__(self, noise: float, seed: int, min_age_s: float) -> None:
+        if noise < 0 or min_age_s < 0:
+            raise ValueError("noise and min_age_s must be >= 0")
+        self.noise = noise
+        self.min_age_s = min_age_s
+        self._rng = random.Random(seed)
+        self.known: dict[int, tuple[float, float, float, float]] = {}
+
+    def observe(self, arena: Arena, t_s: float) -> None:
+        for tasks in arena.residents:
+            for t in tasks:
+                a = t.arrival
+                if a.task_id not in self.known and t_s - t.start_s >= self.min_age_s:
+                    self.known[a.task_id] = self._measure(a.pressure)
+
+    def _measure(self, pressure: Sequence[float]) -> tuple[float, float, float, float]:
+        v = [min(1.0, max(0.0, p * (self._rng.lognormvariate(0.0, self.noise) if self.noise > 0 else 1.0)))
+             for p in pressure]
+        return v[0], v[1], v[2], v[3]
+
+    def of(self, task_id: int, workload_class: str) -> tuple[float, float, float, float]:
+        known = self.known.get(task_id)
+        return known if known is not None else CLASS_PRESSURE_GUESS[CLASS_INDEX[workload_class]]
+
+
 def taint_toleration_scores(counts: Sequence[int]) -> list[int]:
     """TaintToleration Score + NormalizeScore(reverse) over the scored nodes (int64 arithmetic)."""
     top = max(counts, default=0)
@@ -149,6 +203,9 @@ class OrchestratorPolicy:
         self.control = control
         self.now_s = 0.0
         self.excluded = 0  # decisions where a taint or cordon removed at least one feasible node
+        self.estimates: PodEstimates | None = None
+        """Set: the co-runner term reads per-pod estimates (``corunner.load_harm``), not the class table."""
+        self._residents: list[list[tuple[int, str, bool]]] | None = None
 
     def choose(self, pod: PodRequest, nodes: Sequence[NodeResources]) -> int | None:
         feasible = [i for i, node in enumerate(nodes) if fits(pod, node)]
@@ -166,10 +223,32 @@ class OrchestratorPolicy:
             return None
         tt = taint_toleration_scores([self.control.prefer_no_schedule(i) for i in passed])
         w = self.extender.weight * EXTENDER_SCALE
-        totals = [score(pod, nodes[i]).total + w * self.extender.node_score(i, c, cards) + TAINT_WEIGHT * t
+        node_score = self.extender.node_score if self.estimates is None else self._load_score(pod)
+        totals = [score(pod, nodes[i]).total + w * node_score(i, c, cards) + TAINT_WEIGHT * t
                   for i, t in zip(passed, tt, strict=True)]
         best = max(totals)
         return self.extender._rng.choice([i for i, t in zip(passed, totals, strict=True) if t == best])
+
+
+    def _load_score(self, pod: PodRequest) -> Callable[[int, int, Sequence[NodeCard]], int]:
+        """The extender's score with the load term: harm on per-pod estimates of the pod and the residents."""
+        assert self.estimates is not None
+        est = self.estimates
+        view = self.extender._view
+        cfg = self.extender.cfg
+        cls = pod.workload_class if isinstance(pod, TaskPod) else "cpu_bound"
+        ls = isinstance(pod, TaskPod) and pod.latency_sensitive
+        mine = est.of(pod.task_id, cls) if isinstance(pod, TaskPod) else CLASS_PRESSURE_GUESS[CLASS_INDEX[cls]]
+
+        def node_score(i: int, c: int, cards: Sequence[NodeCard]) -> int:
+            names = WORKLOAD_CLASSES
+            residents = [(int(k), est.of(tid, names[int(k)]), bool(sensitive))
+                         for k, tid, sensitive in zip(view.classes[i].tolist(), view.task_ids[i],
+                                              view.latency_sensitive[i].tolist(), strict=True)]
+            harm = load_harm(c, mine, ls, residents)
+            return score_with_penalty(cards[i], c, harm / (cfg.max_slowdown - 1.0), cfg)
+
+        return node_score
 
 
 @dataclass
@@ -216,6 +295,18 @@ class Orchestrator:
         self._t_s = 0.0
         self._created: dict[str, float] = {}  # task key → when its current pod was created (re-queued)
         self._hold_started: dict[str, float] = {}
+        self.estimates: PodEstimates | None = None
+        if self.cfg.moves is not None or self.cfg.load_term:
+            self.estimates = PodEstimates(self.cfg.pod_noise, self.cfg.noise_seed, self.cfg.min_age_s)
+            if self.cfg.load_term:
+                policy.estimates = self.estimates
+        self.moved: set[str] = set()
+        self.moves_applied = 0
+        self.moved_latency_sensitive = 0
+        self.lost_work_s = 0.0
+        """Nominal work (task-s) moved pods had done before their eviction: redone after the restart."""
+        self.lost_cpu_s = 0.0
+        self.move_cpu_s = 0.0
 
     # ------------------------------------------------------------------ loop.Controller
     def held(self) -> int:
@@ -232,6 +323,12 @@ class Orchestrator:
             "taints_prefer_noschedule": float(self.taint_effects["PreferNoSchedule"]),
             "taint_precision": (self.taints_truly_contended / self.actions["taint"]) if self.actions["taint"] else 0.0,
         }
+        if self.cfg.moves is not None:
+            per_min = self.moves_applied / minutes if minutes else 0.0
+            out |= {"moves": float(self.moves_applied), "moves_per_min": per_min,
+                    "moved_latency_sensitive": float(self.moved_latency_sensitive),
+                    "lost_work_task_s": self.lost_work_s, "lost_work_node_cpu_s": self.lost_cpu_s,
+                    "move_cpu_s": self.move_cpu_s}
         for kind in ("taint", "cordon", "consolidate", "evict", "hold_admission", "memory_balloon"):
             out[f"proposals_{kind}"] = float(self.proposals[kind])
             out[f"actions_{kind}"] = float(self.actions[kind])
@@ -245,14 +342,44 @@ class Orchestrator:
         started = time.process_time()
         self.policy.now_s = self._t_s = t_s
         self.control.expire(t_s)
+        if self.estimates is not None:
+            self.estimates.observe(arena, t_s)
         self._admit(pending)
         if tick % self.cfg.every_ticks == 0:
             now = self.now_ms(arena, t_s)
             self._update_view(arena, pending, now)
             if self.risk is not None:
                 self.risk(self.view, arena, now)
-            self._decide(self._propose(now), arena, pending, t_s, now)
+            proposals = self._propose(now)
+            if self.cfg.moves is not None:
+                proposals += self._moves(arena, t_s, now)
+            self._decide(proposals, arena, pending, t_s, now)
         self.cpu_s += time.process_time() - started
+
+    # ------------------------------------------------------------------ corrective moves
+    def node_loads(self, arena: Arena, t_s: float) -> list[NodeLoad]:
+        """Every node's running pods as their per-pod counters would describe them (:class:`PodEstimates`)."""
+        assert self.estimates is not None
+        est = self.estimates
+        out: list[NodeLoad] = []
+        for i, tasks in enumerate(arena.residents):
+            r = arena.resources[i]
+            pods = tuple(PodLoad(task_key(t.arrival), f"j{t.arrival.job_id}", t.arrival.workload_class,
+                                 t.arrival.latency_sensitive, est.of(t.arrival.task_id, t.arrival.workload_class),
+                                 t_s - t.start_s,
+                                 t.pod.milli_cpu, t.pod.memory) for t in tasks)
+            out.append(NodeLoad(self.names[i], pods, r.allocatable_milli_cpu - r.requested_milli_cpu,
+                                r.allocatable_memory - r.requested_memory, self.control.schedulable(i, t_s)))
+        return out
+
+    def _moves(self, arena: Arena, t_s: float, now: int) -> list[Proposal]:
+        assert self.cfg.moves is not None
+        started = time.process_time()
+        plan = interference_policy.plan(self.node_loads(arena, t_s), self.cfg.moves, frozenset(self.moved))
+        out = [c.proposal for c in interference_policy.proposals(plan, self.cfg.moves, now)]
+        self.proposals["evict"] += len(out)
+        self.move_cpu_s += time.process_time() - started
+        return out
 
     # ------------------------------------------------------------------ admission holds
     def _admit(self, pending: deque[Arrival]) -> None:
@@ -434,6 +561,13 @@ class Orchestrator:
             siblings = sum(1 for tasks in arena.residents for t in tasks if t.arrival.job_id == job)
             if siblings <= 1:
                 return "refused"  # PDB-like: never the job's last running task
+            if p.payload.get("reason") == "interference":
+                self.moved.add(key)
+                self.moves_applied += 1
+                self.moved_latency_sensitive += int(task.arrival.latency_sensitive)
+                done = task.arrival.work_s - task.remaining_s
+                self.lost_work_s += done
+                self.lost_cpu_s += done * task.pod.milli_cpu / arena.resources[node].allocatable_milli_cpu
             pending.append(arena.evict(node, task))
             self._created[key] = t_s
             return "applied"

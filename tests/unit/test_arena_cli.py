@@ -59,6 +59,22 @@ def test_orchestrator_reports_its_decisions_the_passive_policies_none(tmp_path: 
     assert by[("orchestrator", "placements")] > 20
 
 
+def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    assert eval_arena(["--policies", "orchestrator", "--synthetic", "60", "--nodes", "4", "--horizon-s", "600",
+                       "--seed", "2", "-q", "--extender-inputs", "none", "--extender-corunner-weight", "1",
+                       "--orchestrator-moves", "--orchestrator-load-term", "--pod-pressure-noise", "0.1",
+                       "--out", str(out)]) == 0
+    doc = orjson.loads((out / "results.json").read_bytes())
+    orch = doc["details"]["orchestrator"]
+    assert (orch["moves"], orch["load_term"], orch["pod_pressure_noise"]) == (True, True, 0.1)
+    row = doc["details"]["summary"]["orchestrator"]
+    assert row["moves"] == row["actions_evict"] >= 1  # 4 crowded nodes: some pod is moved
+    assert row["lost_work_task_s"] > 0
+    assert eval_arena(["--synthetic", "10", "--pod-pressure-noise", "-1", "--out", str(tmp_path / "x")]) == 2
+    assert "--pod-pressure-noise" in capsys.readouterr().err
+
+
 def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:
     from borgctl.arena import eval_arena as borgctl_eval_arena
 

@@ -5,7 +5,10 @@ Regime labels are set by hand (no counters, no ONNX model): what the regime stag
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+
+import pytest
 
 from contracts.models import FailureRiskV2, HorizonRisk
 from services.agents.view import ClusterView, Seen
@@ -183,3 +186,52 @@ def test_kinds_left_out_of_the_actions_are_refused_and_release_their_slot() -> N
     assert orch.proposals["taint"] >= 1 and orch.actions["taint"] == 0 and orch.refused["taint"] >= 1
     assert all(not t for t in orch.control.taints)
     assert not orch.state.actions  # settle() gave the rate-limit slots back
+
+
+# ---------------------------------------------------------------------------- corrective moves (issue 21)
+def _crowded(moves: bool, load_term: bool = False) -> tuple[Arena, Orchestrator]:
+    """Two latency-sensitive llc pods and two memory hogs start together on node 0 (node 1 cordoned for 30 s):
+    each llc pod is slowed 1 + 1.2·0.2 + 0.4·0.8667 = 1.59x by the hogs (kind stream_triad at intensity 1)."""
+    ls = [Arrival(i, 7, 0.0, 100.0, 0.05, 0.02, True, "search_index", "llc_sensitive", 0.5) for i in (0, 1)]
+    hogs = [Arrival(i, 8, 0.0, 100.0, 0.05, 0.02, False, "stream_triad", "memory_bound", 1.0) for i in (2, 3)]
+    from services.agents.interference_policy import MoveSettings
+
+    cfg = OrchestratorConfig(moves=MoveSettings() if moves else None, load_term=load_term, pod_noise=0.0)
+    arena, orch = world(ls + hogs, 2, [None, None], horizon_s=100.0, cfg=cfg)
+    orch.control.cordoned_until[1] = 30.0
+    return arena, orch
+
+
+def test_moves_take_the_slowed_pods_to_a_quiet_node() -> None:
+    still = metrics(_crowded(moves=False)[0].run())
+    arena, orch = _crowded(moves=True)
+    out = arena.run()
+    m = metrics(out)
+    # removing one hog leaves the other: only moving an llc pod itself relieves it; both go, one per round
+    assert (orch.moves_applied, orch.moved_latency_sensitive) == (2, 2)
+    assert orch.actions["evict"] == 2 and m["evictions"] == 2
+    assert {f.arrival.task_id: f.node for f in out.finished if f.arrival.latency_sensitive} == {0: 1, 1: 1}
+    assert 2 * 30.0 / 1.59 <= orch.lost_work_s <= 2 * 40.0 / 1.59  # moved at 30-40 s, slowed 1.59x until then
+    assert m["moves"] == 2 and m["lost_work_task_s"] == orch.lost_work_s
+    moved, kept = m["slo_violation_task_s"], still["slo_violation_task_s"]
+    assert isinstance(moved, float) and isinstance(kept, float) and moved < kept
+
+
+def test_pod_estimates_measure_once_after_a_window_and_guess_the_class_before() -> None:
+    from services.scheduler_extender.corunner import CLASS_PRESSURE_GUESS
+    from simulator.arena.orchestrator import PodEstimates
+
+    arena, _ = _crowded(moves=False)
+    arena._place(0.0, deque(arena.arrivals))  # every task starts on node 0 at t = 0
+    exact = PodEstimates(0.0, seed=1, min_age_s=10.0)
+    exact.observe(arena, 5.0)
+    assert exact.of(2, "memory_bound") == CLASS_PRESSURE_GUESS[2]  # not measured yet: the class's guess
+    exact.observe(arena, 10.0)
+    assert exact.of(2, "memory_bound") == pytest.approx((0.4, 0.9, 0.1, 0.05))
+    noisy = [PodEstimates(0.3, seed=s, min_age_s=10.0) for s in (1, 1, 2)]
+    for e in noisy:
+        e.observe(arena, 10.0)
+    assert noisy[0].of(2, "memory_bound") == noisy[1].of(2, "memory_bound") != noisy[2].of(2, "memory_bound")
+    assert all(0.0 <= v <= 1.0 for v in noisy[0].of(2, "memory_bound"))
+    with pytest.raises(ValueError):
+        PodEstimates(-0.1, seed=1, min_age_s=10.0)

@@ -1,0 +1,184 @@
+"""Corrective moves: evict a pod whose co-runners push a latency-sensitive pod past its SLO (issue 21).
+
+Pure: (nodes with per-pod load estimates, settings, now) → ``evict`` candidates for the referee.
+
+A placement can only guess how hard a new pod will press on the shared resources; once it runs, its
+per-pod (cgroup) counters show it. This rule acts on that after-start knowledge:
+
+* **input** per running pod (:class:`PodLoad`): its class, whether it is latency-sensitive, its job, its age
+  and an *estimate* of the pressure it puts on each shared resource (``llc``, ``membw``, ``core``,
+  ``frontend``, 0–1, what per-pod counters measure); per node, the room left for requests;
+* **interference model**: the per-class sensitivity of :mod:`simulator.workloads` (the model the regime
+  model's training labels come from; a pod's slowdown is set by its worst co-runner, never summed). The
+  held-out part of the arena is each pod's own pressure, which this rule only knows through the estimate;
+* a node is **hot** when the model, on the estimates, puts a latency-sensitive pod above
+  ``slo_slowdown``. On a hot node a pod is a **move candidate** when removing it brings at least one such
+  pod back under the SLO (the pod itself counts when it is one of them), it has run at least
+  ``min_age_s`` (its counters cover a window), it was not moved before (its replacement would restart its
+  work again), its job has another running pod (a PodDisruptionBudget with ``maxUnavailable: 1``), and
+  some other schedulable node has room for its requests and would take it without pushing a
+  latency-sensitive pod over the SLO (on the same estimates);
+* candidates rank by pods relieved, then batch before latency-sensitive (a moved latency-sensitive pod
+  restarts all its work), then youngest (least work lost); one per node, the best ``max_per_round``
+  nodes first. The result is ``evict`` proposals (agent ``reliability``): the referee's disruption budget,
+  cooldown and rate limit decide how many happen. The scheduler places the replacement.
+
+Nothing here reads the truth: what the estimates miss, the rule misses. The live system does not publish
+per-pod loads yet (the node agent reads per-cgroup counters, nothing downstream uses them): only the arena
+drives this rule today (docs/arena.md, "Moves in the orchestrator").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from contracts.models import AgentName, Evidence, JsonScalar, Proposal, TargetRef
+from services.agents.proposals import Candidate, proposal_id
+from simulator.workloads import task_slowdowns
+
+AGENT: Final[AgentName] = "reliability"
+SOURCE = "pods.load"
+"""Evidence topic name of the per-pod load estimates (not a Kafka topic yet; see the module docstring)."""
+
+Slowdowns = Callable[[Sequence[str], np.ndarray], np.ndarray]
+"""(classes, pressures (pods, 4)) → each pod's slowdown from its co-runners."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodLoad:
+    """One running pod as its per-pod counters describe it."""
+
+    key: str
+    """``<namespace>/<pod>``."""
+    job: str
+    workload_class: str
+    latency_sensitive: bool
+    pressure: tuple[float, float, float, float]
+    """Estimated pressure on (llc, membw, core, frontend), 0–1."""
+    age_s: float
+    milli_cpu: int
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    name: str
+    pods: tuple[PodLoad, ...]
+    free_milli_cpu: int
+    free_memory: int
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class MoveSettings:
+    slo_slowdown: float = 1.25
+    min_age_s: float = 10.0
+    max_per_round: int = 1
+    """Proposals per evaluation (the referee's disruption budget caps what is applied)."""
+    score: float = 0.8
+    """The proposals' score: above the referee's default min score (0.5)."""
+    margin: float = 0.0
+    """A node is hot only when an estimate puts a latency-sensitive pod above ``slo_slowdown + margin``."""
+    batch_only: bool = False
+    """Move only pods that are not latency-sensitive (a moved one restarts exposed for all its work)."""
+
+    def __post_init__(self) -> None:
+        if self.slo_slowdown <= 1.0:
+            raise ValueError(f"slo_slowdown must be > 1, got {self.slo_slowdown}")
+        if self.min_age_s < 0 or self.max_per_round < 0 or self.margin < 0 or not 0.0 <= self.score <= 1.0:
+            raise ValueError(f"bad move settings: {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    pod: PodLoad
+    node: str
+    relieved: int
+    """Latency-sensitive pods over the SLO (on the estimates) that the move brings back under it."""
+    predicted_before: float
+    """The worst estimated slowdown of a latency-sensitive pod on the node before the move."""
+    targets: int
+    """Nodes that could take the pod without pushing a latency-sensitive pod over the SLO."""
+
+    def rank(self) -> tuple[int, bool, float]:
+        return self.relieved, not self.pod.latency_sensitive, -self.pod.age_s
+
+
+def _slowdowns(pods: Sequence[PodLoad], model: Slowdowns) -> np.ndarray:
+    pressures = np.array([p.pressure for p in pods], dtype=np.float64).reshape(len(pods), 4)
+    return model([p.workload_class for p in pods], pressures)
+
+
+def _pushes_over(pods: Sequence[PodLoad], s: MoveSettings, model: Slowdowns) -> bool:
+    slow = _slowdowns(pods, model)
+    return any(p.latency_sensitive and v > s.slo_slowdown for p, v in zip(pods, slow.tolist(), strict=True))
+
+
+def targets_for(pod: PodLoad, source: str, nodes: Sequence[NodeLoad], s: MoveSettings,
+                model: Slowdowns = task_slowdowns) -> int:
+    """Nodes other than ``source`` with room for ``pod`` where it pushes no latency-sensitive pod over the SLO."""
+    return sum(1 for n in nodes
+               if n.name != source and n.schedulable and n.free_milli_cpu >= pod.milli_cpu
+               and n.free_memory >= pod.memory and not _pushes_over((*n.pods, pod), s, model))
+
+
+def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = frozenset(),
+         model: Slowdowns = task_slowdowns) -> list[Move]:
+    """The moves worth proposing now, best first (module docstring)."""
+    jobs = Counter(p.job for n in nodes for p in n.pods)
+    best: list[Move] = []
+    for node in nodes:
+        pods = node.pods
+        if len(pods) < 2:
+            continue
+        slow = _slowdowns(pods, model).tolist()
+        over = [p.latency_sensitive and v > s.slo_slowdown for p, v in zip(pods, slow, strict=True)]
+        if not any(p.latency_sensitive and v > s.slo_slowdown + s.margin for p, v in zip(pods, slow, strict=True)):
+            continue
+        worst = max(v for v, o in zip(slow, over, strict=True) if o)
+        found: Move | None = None
+        for k, pod in enumerate(pods):
+            if (pod.age_s < s.min_age_s or pod.key in moved or jobs[pod.job] <= 1
+                    or (s.batch_only and pod.latency_sensitive)):
+                continue
+            keep = [j for j in range(len(pods)) if j != k]
+            after = _slowdowns([pods[j] for j in keep], model).tolist()
+            relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
+                                          if over[j] and v <= s.slo_slowdown)
+            if relieved == 0:
+                continue
+            move = Move(pod, node.name, relieved, worst, 0)
+            if found is not None and move.rank() <= found.rank():
+                continue
+            targets = targets_for(pod, node.name, nodes, s, model)
+            if targets:
+                found = Move(pod, node.name, relieved, worst, targets)
+        if found is not None:
+            best.append(found)
+    best.sort(key=Move.rank, reverse=True)
+    return best[: s.max_per_round]
+
+
+def proposals(moves: Sequence[Move], s: MoveSettings, now_ms: int) -> list[Candidate]:
+    """``evict`` proposals for the referee, citing the estimates they rest on."""
+    out: list[Candidate] = []
+    for m in moves:
+        namespace, _, name = m.pod.key.partition("/")
+        target = TargetRef(kind="Pod", name=name or namespace, namespace=namespace if name else None)
+        payload: dict[str, JsonScalar] = {"node": m.node, "reason": "interference", "relieved": m.relieved}
+        evidence = [
+            Evidence(topic=SOURCE, key=m.node, field="predicted_slowdown", value=round(m.predicted_before, 4),
+                     ts_ms=now_ms),
+            Evidence(topic=SOURCE, key=m.pod.key, field="pressure", value=",".join(f"{v:.3f}" for v in m.pod.pressure),
+                     ts_ms=now_ms),
+        ]
+        proposal = Proposal(proposal_id=proposal_id(AGENT, "evict", target, payload, evidence), agent=AGENT,
+                            kind="evict", target=target, payload=payload, score=s.score, evidence=evidence,
+                            ts_ms=now_ms, input_ts_ms=now_ms)
+        out.append(Candidate(proposal=proposal, sources=()))
+    return out
