@@ -360,58 +360,12 @@ class SyntheticCluster:
     def _epoch_rates(
         self, spec: NodeSpec, kinds: list[str], inten: np.ndarray, pressures: np.ndarray
     ) -> tuple[np.ndarray, float, float, float]:
-        rng = self._rng
-        n = len(kinds)
-        util = rng.uniform(0.6, 0.95, size=n)
-        cores = np.array([KINDS[k].cores for k in kinds]) * (0.25 + 1.5 * inten)
-        busy = cores * util
-        if busy.sum() > spec.cores * 0.97:
-            busy *= spec.cores * 0.97 / busy.sum()
-        node_util = float(busy.sum() / spec.cores)
-        freq = spec.turbo_mhz - (spec.turbo_mhz - spec.base_mhz) * node_util
-        ex = excess(pressures)
+        per, util, mem, freq = workload_rates(spec, kinds, inten, pressures, self._rng)
         rates = np.zeros(len(EVENTS))
-        for w, name in enumerate(kinds):
-            k = KINDS[name]
-            cls = WORKLOAD_CLASSES.index(k.workload_class)
-            others = np.delete(ex, w, axis=0)
-            if len(others):
-                sd = float((1.0 + SENSITIVITY_MATRIX[cls] @ others.T).max())
-                worst = others.max(axis=0)
-            else:
-                sd, worst = 1.0, np.zeros(len(RESOURCES))
-            cycles = busy[w] * freq * 1e6
-            instr = cycles * k.ipc * rng.uniform(0.92, 1.08) / sd
-            llc = instr * k.llc_apki / 1000.0
-            miss = min(
-                0.98, k.llc_miss_ratio + (1 - k.llc_miss_ratio) * 0.6 * worst[0] * SENSITIVITY_MATRIX[cls, 0] / 1.2
-            )
-            br = instr * k.branch_pki / 1000.0
-            fe = min(0.9, k.frontend_stall * (1 + 0.8 * worst[3] + 0.3 * worst[2]))
-            be = min(0.95 - fe, k.backend_stall + (1 - k.backend_stall - fe) * (1 - 1 / sd))
-            rates += np.array(
-                [
-                    cycles,
-                    instr,
-                    llc * 1.3,
-                    llc * miss * 1.15,
-                    llc,
-                    llc * miss,
-                    br,
-                    br * k.branch_miss_ratio * (1 + 0.6 * worst[2] + 0.4 * worst[3]),
-                    cycles * fe,
-                    cycles * max(be, 0.0),
-                    busy[w] * spec.base_mhz * 1e6,
-                    llc * miss * 64 * 1.3,
-                    busy[w] * 1e9,
-                    busy[w] * (300 + 2000 * k.frontend_stall),
-                    busy[w] * 15,
-                    k.mem_gb * 20 * inten[w],
-                ]
-            )
+        for row in per:  # row by row, as the node's counters always were summed (bit-identical figures)
+            rates += row
         rates[COL["mem-bandwidth-bytes"]] = min(rates[COL["mem-bandwidth-bytes"]], spec.peak_bw_gbs * 0.95e9)
-        mem_gb = 4.0 + sum(KINDS[k].mem_gb * (0.5 + inten[w]) for w, k in enumerate(kinds))
-        return rates, node_util, min(mem_gb / spec.mem_gb, 0.97), freq
+        return rates, util, mem, freq
 
     # ----------------------------------------------------------------- ticks
     def _start_anomalies(self) -> None:
@@ -545,3 +499,67 @@ class SyntheticCluster:
     def run(self, ticks: int) -> Iterator[TickBatch]:
         for _ in range(ticks):
             yield self.tick()
+
+
+def workload_rates(
+    spec: NodeSpec, kinds: Sequence[str], inten: np.ndarray, pressures: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, float, float, float]:
+    """Counter rates per second of each workload on one node (rows: ``kinds``; columns: ``EVENTS``), the node's
+    CPU utilisation, memory fraction and frequency. What per-cgroup counting would see per workload: each row
+    already carries the slowdown its co-runners cause. The node's counters are the rows' sum, with DRAM traffic
+    capped at the node's peak bandwidth (``SyntheticCluster._epoch_rates``)."""
+    n = len(kinds)
+    util = rng.uniform(0.6, 0.95, size=n)
+    cores = np.array([KINDS[k].cores for k in kinds]) * (0.25 + 1.5 * inten)
+    busy = cores * util
+    if busy.sum() > spec.cores * 0.97:
+        busy *= spec.cores * 0.97 / busy.sum()
+    node_util = float(busy.sum() / spec.cores)
+    freq = spec.turbo_mhz - (spec.turbo_mhz - spec.base_mhz) * node_util
+    ex = excess(pressures)
+    per = np.zeros((n, len(EVENTS)))
+    for w, name in enumerate(kinds):
+        k = KINDS[name]
+        cls = WORKLOAD_CLASSES.index(k.workload_class)
+        others = np.delete(ex, w, axis=0)
+        if len(others):
+            sd = float((1.0 + SENSITIVITY_MATRIX[cls] @ others.T).max())
+            worst = others.max(axis=0)
+        else:
+            sd, worst = 1.0, np.zeros(len(RESOURCES))
+        cycles = busy[w] * freq * 1e6
+        instr = cycles * k.ipc * rng.uniform(0.92, 1.08) / sd
+        llc = instr * k.llc_apki / 1000.0
+        miss = min(
+            0.98, k.llc_miss_ratio + (1 - k.llc_miss_ratio) * 0.6 * worst[0] * SENSITIVITY_MATRIX[cls, 0] / 1.2
+        )
+        br = instr * k.branch_pki / 1000.0
+        fe = min(0.9, k.frontend_stall * (1 + 0.8 * worst[3] + 0.3 * worst[2]))
+        be = min(0.95 - fe, k.backend_stall + (1 - k.backend_stall - fe) * (1 - 1 / sd))
+        per[w] = np.array(
+            [
+                cycles,
+                instr,
+                llc * 1.3,
+                llc * miss * 1.15,
+                llc,
+                llc * miss,
+                br,
+                br * k.branch_miss_ratio * (1 + 0.6 * worst[2] + 0.4 * worst[3]),
+                cycles * fe,
+                cycles * max(be, 0.0),
+                busy[w] * spec.base_mhz * 1e6,
+                llc * miss * 64 * 1.3,
+                busy[w] * 1e9,
+                busy[w] * (300 + 2000 * k.frontend_stall),
+                busy[w] * 15,
+                k.mem_gb * 20 * inten[w],
+            ]
+        )
+    mem_gb = 4.0 + sum(KINDS[k].mem_gb * (0.5 + inten[w]) for w, k in enumerate(kinds))
+    return per, node_util, min(mem_gb / spec.mem_gb, 0.97), freq
+
+
+def node_specs_for(seed: int, count: int = 64, interval_ms: int = 10_000) -> list[NodeSpec]:
+    """The SKUs a ``SyntheticCluster`` of ``count`` nodes would draw with this seed."""
+    return list(SyntheticCluster(nodes=count, seed=seed, interval_ms=interval_ms).specs)

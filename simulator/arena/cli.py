@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orchestrator-load-term", action="store_true",
                    help="orchestrator: the extender's co-runner term on per-pod load estimates (corunner.load_harm) "
                         "instead of the class table (needs --extender-corunner-weight > 0)")
+    p.add_argument("--pod-estimates", choices=("noise", "counters"), default="noise",
+                   help="orchestrator moves / load term: per-pod estimates = true pressure with log-normal noise "
+                        "(--pod-pressure-noise), or a regressor on simulated per-cgroup counters trained on the "
+                        "training kinds (training.pod_pressure)")
     p.add_argument("--pod-pressure-noise", type=float, default=0.2,
                    help="orchestrator moves: per-pod pressure estimate = true x exp(N(0, sigma)), this sigma")
     p.add_argument("--move-batch-only", action="store_true",
@@ -213,8 +217,14 @@ def run(args: argparse.Namespace, command: str) -> int:
                 observer = RegimeObserver(model, names)
             else:  # regimes.v2 silent: no labels, so no counters to simulate (utilisation from requests)
                 cluster = None
+            counters = None
+            if args.pod_estimates == "counters" and (args.orchestrator_moves or args.orchestrator_load_term):
+                from simulator.arena.orchestrator import CounterEstimator
+
+                progress("training the per-pod pressure estimator on the training kinds (training.pod_pressure)")
+                counters = CounterEstimator(list(model.card["data"]["train_kinds"]), args.seed)
             controller = Orchestrator(
-                names, orch, model_version=model.version,
+                names, orch, model_version=model.version, counters=counters,
                 cfg=OrchestratorConfig(every_ticks=max(1, args.orchestrator_every_ticks),
                                        taint_ttl_s=args.taint_ttl_s, hold_s=args.hold_s,
                                        extender_weight=args.extender_weight,
@@ -277,6 +287,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                "orchestrator": {"every_ticks": args.orchestrator_every_ticks, "taint_ttl_s": args.taint_ttl_s,
                                 "hold_s": args.hold_s, "actions": args.orchestrator_actions,
                                 "moves": args.orchestrator_moves, "load_term": args.orchestrator_load_term,
+                                "pod_estimates": args.pod_estimates,
                                 "pod_pressure_noise": args.pod_pressure_noise,
                                 "move_min_age_s": args.move_min_age_s, "move_batch_only": args.move_batch_only,
                                 "move_margin": args.move_margin},

@@ -53,6 +53,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final, Literal
 
+import numpy as np
+
 from contracts.models import (
     UNKNOWN_REGIME,
     WORKLOAD_CLASSES,
@@ -63,6 +65,7 @@ from contracts.models import (
     TaskEvent,
 )
 from contracts.topics import Topic
+from featurelib.pod import pod_features
 from services.agents import admission_policy, efficiency_policy, interference_policy, reliability_policy
 from services.agents.interference_policy import MoveSettings, NodeLoad, PodLoad
 from services.agents.proposals import Candidate
@@ -77,7 +80,9 @@ from services.scheduler_extender.scoring import NodeCard, RegimeIn, ScoringConfi
 from simulator.arena.arrivals import Arrival
 from simulator.arena.aware import EXTENDER_SCALE, EXTENDER_WEIGHT, ArenaView, ExtenderPolicy, TaskPod
 from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
+from simulator.cluster import node_specs_for, workload_rates
 from simulator.workloads import CLASS_INDEX
+from training.pod_pressure import WINDOW_S, pod_counts, train
 
 if TYPE_CHECKING:
     from simulator.arena.loop import Arena
@@ -150,29 +155,59 @@ class NodeControl:
         return sum(1 for _, e in self.taints[i] if e == "PreferNoSchedule")
 
 
+class CounterEstimator:
+    """Pressure estimates from simulated per-cgroup counters (``training.pod_pressure``): the node's residents run
+    through the simulator's per-workload counter model (``simulator.cluster.workload_rates``, one of its SKUs per
+    node), each measured pod's 10 s counts become ``featurelib.pod`` features, and a regressor trained on the
+    regime model's training kinds only predicts its pressure."""
+
+    def __init__(self, train_kinds: Sequence[str], seed: int, pods: int = 8000) -> None:
+        self.model = train(train_kinds, extended=True, pods=pods, seed=0)
+        self.specs = node_specs_for(seed)
+        self._rng = np.random.default_rng(seed)
+
+    def estimate(self, node: int, residents: Sequence[Arrival],
+                 which: Sequence[int]) -> list[tuple[float, float, float, float]]:
+        kinds = [a.kind for a in residents]
+        inten = np.array([a.intensity for a in residents], dtype=np.float64)
+        pressures = np.array([a.pressure for a in residents], dtype=np.float64).reshape(len(residents), 4)
+        per, _, _, _ = workload_rates(self.specs[node % len(self.specs)], kinds, inten, pressures, self._rng)
+        x = np.array([pod_features(pod_counts(per[k], self._rng), WINDOW_S) for k in which])
+        return [(float(a), float(b), float(c), float(d)) for a, b, c, d in self.model.predict(x).tolist()]
+
+
 class PodEstimates:
     """Per-pod pressure estimates, as per-pod (cgroup) counters would give them.
 
     A pod is measured once it has run ``min_age_s``: its true pressure times ``exp(N(0, noise))`` per resource,
-    clipped to [0, 1], drawn once per task (a persistent per-pod error, not one that averages away). Until then,
+    clipped to [0, 1], drawn once per task (a persistent per-pod error, not one that averages away); or, with a
+    :class:`CounterEstimator`, what a regressor reads from the pod's simulated counters in that window. Until then,
     and for a pod never seen, the guess is its class's mean over the regime model's training kinds
     (``corunner.CLASS_PRESSURE_GUESS``). A re-queued task keeps its estimate (its replacement is the same work).
     """
 
-    def __init__(self, noise: float, seed: int, min_age_s: float) -> None:
+    def __init__(self, noise: float, seed: int, min_age_s: float, counters: CounterEstimator | None = None) -> None:
         if noise < 0 or min_age_s < 0:
             raise ValueError("noise and min_age_s must be >= 0")
         self.noise = noise
         self.min_age_s = min_age_s
+        self.counters = counters
         self._rng = random.Random(seed)
         self.known: dict[int, tuple[float, float, float, float]] = {}
 
     def observe(self, arena: Arena, t_s: float) -> None:
-        for tasks in arena.residents:
-            for t in tasks:
-                a = t.arrival
-                if a.task_id not in self.known and t_s - t.start_s >= self.min_age_s:
-                    self.known[a.task_id] = self._measure(a.pressure)
+        for i, tasks in enumerate(arena.residents):
+            new = [k for k, t in enumerate(tasks)
+                   if t.arrival.task_id not in self.known and t_s - t.start_s >= self.min_age_s]
+            if not new:
+                continue
+            if self.counters is not None:
+                estimates = self.counters.estimate(i, [t.arrival for t in tasks], new)
+                for k, e in zip(new, estimates, strict=True):
+                    self.known[tasks[k].arrival.task_id] = e
+            else:
+                for k in new:
+                    self.known[tasks[k].arrival.task_id] = self._measure(tasks[k].arrival.pressure)
 
     def _measure(self, pressure: Sequence[float]) -> tuple[float, float, float, float]:
         v = [min(1.0, max(0.0, p * (self._rng.lognormvariate(0.0, self.noise) if self.noise > 0 else 1.0)))
@@ -264,7 +299,7 @@ class Orchestrator:
                  cfg: OrchestratorConfig | None = None, epoch_ms: int = 1_700_000_000_000,
                  risk: RiskHook | None = None, reliability: ReliabilitySettings | None = None,
                  efficiency: EfficiencySettings | None = None, admission: AdmissionSettings | None = None,
-                 referee: RefereeSettings | None = None) -> None:
+                 referee: RefereeSettings | None = None, counters: CounterEstimator | None = None) -> None:
         self.names = list(node_names)
         self.index = {n: i for i, n in enumerate(self.names)}
         self.policy = policy
@@ -297,7 +332,7 @@ class Orchestrator:
         self._hold_started: dict[str, float] = {}
         self.estimates: PodEstimates | None = None
         if self.cfg.moves is not None or self.cfg.load_term:
-            self.estimates = PodEstimates(self.cfg.pod_noise, self.cfg.noise_seed, self.cfg.min_age_s)
+            self.estimates = PodEstimates(self.cfg.pod_noise, self.cfg.noise_seed, self.cfg.min_age_s, counters)
             if self.cfg.load_term:
                 policy.estimates = self.estimates
         self.moved: set[str] = set()
