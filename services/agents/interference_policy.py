@@ -63,6 +63,9 @@ class PodLoad:
     age_s: float
     milli_cpu: int
     memory: int
+    slowdown: float | None = None
+    """Its own observed slowdown, when measured (e.g. its CPI against its job's other pods, as CPI² does);
+    None: the rule predicts it from the estimated pressures."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +139,9 @@ def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = fro
         pods = node.pods
         if len(pods) < 2:
             continue
-        slow = _slowdowns(pods, model).tolist()
+        predicted = _slowdowns(pods, model).tolist()
+        # a pod's own observed slowdown, when there is one, says who suffers; the estimates say who causes it
+        slow = [p.slowdown if p.slowdown is not None else v for p, v in zip(pods, predicted, strict=True)]
         over = [p.latency_sensitive and v > s.slo_slowdown for p, v in zip(pods, slow, strict=True)]
         if not any(p.latency_sensitive and v > s.slo_slowdown + s.margin for p, v in zip(pods, slow, strict=True)):
             continue
@@ -149,7 +154,7 @@ def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = fro
             keep = [j for j in range(len(pods)) if j != k]
             after = _slowdowns([pods[j] for j in keep], model).tolist()
             relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
-                                          if over[j] and v <= s.slo_slowdown)
+                                          if over[j] and v <= s.slo_slowdown and v < predicted[j])
             if relieved == 0:
                 continue
             move = Move(pod, node.name, relieved, worst, 0)

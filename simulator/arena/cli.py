@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="orchestrator moves / load term: per-pod estimates = true pressure with log-normal noise "
                         "(--pod-pressure-noise), or a regressor on simulated per-cgroup counters trained on the "
                         "training kinds (training.pod_pressure)")
+    p.add_argument("--victims", choices=("predicted", "cpi"), default="predicted",
+                   help="orchestrator moves with --pod-estimates counters: find slowed pods from the estimated "
+                        "pressures (predicted) or from each pod's IPC against its job's other pods (cpi, as CPI²)")
     p.add_argument("--pod-pressure-noise", type=float, default=0.2,
                    help="orchestrator moves: per-pod pressure estimate = true x exp(N(0, sigma)), this sigma")
     p.add_argument("--move-batch-only", action="store_true",
@@ -153,6 +156,10 @@ def run(args: argparse.Namespace, command: str) -> int:
         scoring = _scoring_config(args)
     except ValueError as exc:
         print(f"eval arena: extender scoring: {exc}", file=sys.stderr)
+        return 2
+    if args.victims == "cpi" and args.pod_estimates != "counters":
+        print("eval arena: --victims cpi needs --pod-estimates counters (the IPC comes from the pods' counters)",
+              file=sys.stderr)
         return 2
     if args.pod_pressure_noise < 0:
         print("eval arena: --pod-pressure-noise must be >= 0", file=sys.stderr)
@@ -231,7 +238,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                                        actions=(frozenset(args.orchestrator_actions.split(","))
                                                 if args.orchestrator_actions else None),
                                        moves=moves, load_term=args.orchestrator_load_term,
-                                       pod_noise=args.pod_pressure_noise, noise_seed=args.seed,
+                                       pod_noise=args.pod_pressure_noise, noise_seed=args.seed, victims=args.victims,
                                        min_age_s=args.move_min_age_s))
         elif name == "oracle":
             policy = OraclePolicy(args.seed, view)
@@ -287,7 +294,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                "orchestrator": {"every_ticks": args.orchestrator_every_ticks, "taint_ttl_s": args.taint_ttl_s,
                                 "hold_s": args.hold_s, "actions": args.orchestrator_actions,
                                 "moves": args.orchestrator_moves, "load_term": args.orchestrator_load_term,
-                                "pod_estimates": args.pod_estimates,
+                                "pod_estimates": args.pod_estimates, "victims": args.victims,
                                 "pod_pressure_noise": args.pod_pressure_noise,
                                 "move_min_age_s": args.move_min_age_s, "move_batch_only": args.move_batch_only,
                                 "move_margin": args.move_margin},

@@ -124,6 +124,9 @@ class OrchestratorConfig:
     noise_seed: int = 0
     min_age_s: float = 10.0
     """A pod's counters are read once it has run this long (one window)."""
+    victims: Literal["predicted", "cpi"] = "predicted"
+    """Moves: who suffers, from the estimated pressures (predicted) or from each pod's IPC against its job's
+    (cpi; needs counter estimates)."""
 
 
 @dataclass
@@ -175,6 +178,41 @@ class CounterEstimator:
         x = np.array([pod_features(pod_counts(per[k], self._rng), WINDOW_S) for k in which])
         return [(float(a), float(b), float(c), float(d)) for a, b, c, d in self.model.predict(x).tolist()]
 
+    def ipc(self, node: int, residents: Sequence[Arrival]) -> list[float]:
+        """Each resident's IPC over the current window, from its simulated counts (co-runners' slowdown included)."""
+        kinds = [a.kind for a in residents]
+        inten = np.array([a.intensity for a in residents], dtype=np.float64)
+        pressures = np.array([a.pressure for a in residents], dtype=np.float64).reshape(len(residents), 4)
+        per, _, _, _ = workload_rates(self.specs[node % len(self.specs)], kinds, inten, pressures, self._rng)
+        out = []
+        for k in range(len(residents)):
+            c = pod_counts(per[k], self._rng)
+            out.append(c["instructions"] / c["cycles"] if c["cycles"] > 0 else 0.0)
+        return out
+
+
+class JobCpi:
+    """Observed slowdown of a pod from its IPC against its job's other pods (the CPI² idea: Zhang et al., EuroSys
+    2013): baseline = the ``quantile`` of the job's recent IPC samples (the pods of a job run the same code), slowdown
+    = baseline / the pod's IPC now, at least 1. A job with fewer than ``min_samples`` samples gives no answer."""
+
+    def __init__(self, quantile: float = 0.9, keep: int = 200, min_samples: int = 3) -> None:
+        self.quantile = quantile
+        self.keep = keep
+        self.min_samples = min_samples
+        self.samples: dict[int, deque[float]] = {}
+        self.now: dict[int, float] = {}
+
+    def record(self, job: int, task_id: int, ipc: float) -> None:
+        self.samples.setdefault(job, deque(maxlen=self.keep)).append(ipc)
+        self.now[task_id] = ipc
+
+    def slowdown(self, job: int, task_id: int) -> float | None:
+        mine, seen = self.now.get(task_id), self.samples.get(job)
+        if mine is None or mine <= 0 or seen is None or len(seen) < self.min_samples:
+            return None
+        return max(1.0, float(np.quantile(np.fromiter(seen, dtype=np.float64), self.quantile)) / mine)
+
 
 class PodEstimates:
     """Per-pod pressure estimates, as per-pod (cgroup) counters would give them.
@@ -194,9 +232,15 @@ class PodEstimates:
         self.counters = counters
         self._rng = random.Random(seed)
         self.known: dict[int, tuple[float, float, float, float]] = {}
+        self.cpi: JobCpi | None = None
+        """Set (with ``counters``): every measured pod's IPC is read each evaluation for job-relative slowdowns."""
 
     def observe(self, arena: Arena, t_s: float) -> None:
         for i, tasks in enumerate(arena.residents):
+            if self.cpi is not None and self.counters is not None and tasks:
+                for t, ipc in zip(tasks, self.counters.ipc(i, [t.arrival for t in tasks]), strict=True):
+                    if t_s - t.start_s >= self.min_age_s:
+                        self.cpi.record(t.arrival.job_id, t.arrival.task_id, ipc)
             new = [k for k, t in enumerate(tasks)
                    if t.arrival.task_id not in self.known and t_s - t.start_s >= self.min_age_s]
             if not new:
@@ -213,6 +257,9 @@ class PodEstimates:
         v = [min(1.0, max(0.0, p * (self._rng.lognormvariate(0.0, self.noise) if self.noise > 0 else 1.0)))
              for p in pressure]
         return v[0], v[1], v[2], v[3]
+
+    def slowdown_of(self, job: int, task_id: int) -> float | None:
+        return None if self.cpi is None else self.cpi.slowdown(job, task_id)
 
     def of(self, task_id: int, workload_class: str) -> tuple[float, float, float, float]:
         known = self.known.get(task_id)
@@ -333,6 +380,8 @@ class Orchestrator:
         self.estimates: PodEstimates | None = None
         if self.cfg.moves is not None or self.cfg.load_term:
             self.estimates = PodEstimates(self.cfg.pod_noise, self.cfg.noise_seed, self.cfg.min_age_s, counters)
+            if counters is not None and self.cfg.victims == "cpi":
+                self.estimates.cpi = JobCpi()
             if self.cfg.load_term:
                 policy.estimates = self.estimates
         self.moved: set[str] = set()
@@ -401,8 +450,8 @@ class Orchestrator:
             r = arena.resources[i]
             pods = tuple(PodLoad(task_key(t.arrival), f"j{t.arrival.job_id}", t.arrival.workload_class,
                                  t.arrival.latency_sensitive, est.of(t.arrival.task_id, t.arrival.workload_class),
-                                 t_s - t.start_s,
-                                 t.pod.milli_cpu, t.pod.memory) for t in tasks)
+                                 t_s - t.start_s, t.pod.milli_cpu, t.pod.memory,
+                                 est.slowdown_of(t.arrival.job_id, t.arrival.task_id)) for t in tasks)
             out.append(NodeLoad(self.names[i], pods, r.allocatable_milli_cpu - r.requested_milli_cpu,
                                 r.allocatable_memory - r.requested_memory, self.control.schedulable(i, t_s)))
         return out

@@ -84,6 +84,21 @@ def test_young_moved_and_calm_pods_stay() -> None:
     assert plan([batch, node("n1"), sibling()], MoveSettings()) == []
 
 
+def test_an_observed_slowdown_names_the_victim_and_the_estimates_the_antagonist() -> None:
+    # the estimates call the hog mild (0.3 membw: nobody predicted over 1.25), but the web pod's own counters
+    # show 1.4x: the candidate is whoever lowers its predicted slowdown, here the (mild) hog, not the quiet pod
+    mild = (0.3, 0.3, 0.1, 0.05)
+    web = PodLoad("ls/web", "web", "llc_sensitive", True, QUIET, 60.0, 1000, 1 << 30, slowdown=1.4)
+    hot = node("n0", web, pod("batch/hog", "memory_bound", mild, job="scan"), pod("batch/q", "cpu_bound", QUIET))
+    moves = plan([hot, node("n1"), sibling(), node("n8", pod("batch/q2", "cpu_bound", QUIET, job="j1"), free=(0, 0))],
+                 MoveSettings())
+    assert [(m.pod.key, m.relieved, m.predicted_before) for m in moves] == [("batch/hog", 1, 1.4)]
+    # observed under the SLO: no move, whatever the estimates say
+    calm_web = PodLoad("ls/web", "web", "llc_sensitive", True, QUIET, 60.0, 1000, 1 << 30, slowdown=1.1)
+    assert plan([node("n0", calm_web, pod("batch/h", "memory_bound", MEMORY_HOG, job="scan")), node("n1"),
+                 sibling()], MoveSettings()) == []
+
+
 def test_nodes_with_more_relief_go_first_and_the_round_is_capped() -> None:
     two = node("n2", pod("ls/a", "llc_sensitive", QUIET, ls=True, job="a"),
                pod("ls/b", "llc_sensitive", QUIET, ls=True, job="b"),

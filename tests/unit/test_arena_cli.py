@@ -76,9 +76,12 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
     counters = tmp_path / "c"  # estimates from simulated per-cgroup counters (training.pod_pressure)
     assert eval_arena(["--policies", "orchestrator", "--synthetic", "30", "--nodes", "3", "--horizon-s", "300",
                        "--seed", "2", "-q", "--extender-inputs", "none", "--extender-corunner-weight", "1",
-                       "--orchestrator-moves", "--pod-estimates", "counters", "--out", str(counters)]) == 0
-    assert orjson.loads((counters / "results.json").read_bytes())["details"]["orchestrator"]["pod_estimates"] == (
-        "counters")
+                       "--orchestrator-moves", "--pod-estimates", "counters", "--victims", "cpi",
+                       "--out", str(counters)]) == 0
+    details = orjson.loads((counters / "results.json").read_bytes())["details"]["orchestrator"]
+    assert (details["pod_estimates"], details["victims"]) == ("counters", "cpi")
+    assert eval_arena(["--synthetic", "10", "--victims", "cpi", "--out", str(tmp_path / "y")]) == 2
+    assert "--victims cpi needs --pod-estimates counters" in capsys.readouterr().err
 
 
 def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:

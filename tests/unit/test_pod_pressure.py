@@ -86,3 +86,16 @@ def test_arena_counter_estimates_replace_the_class_guess() -> None:
     measured = est.of(1, "memory_bound")
     assert measured != CLASS_PRESSURE_GUESS[2]
     assert measured[1] > 0.4  # the memory hog's membw pressure (0.9 x 0.8 = 0.72) is seen as high
+
+
+def test_job_cpi_slowdown_is_the_jobs_baseline_over_the_pods_ipc() -> None:
+    from simulator.arena.orchestrator import JobCpi
+
+    cpi = JobCpi(quantile=0.9, min_samples=3)
+    cpi.record(7, 1, 2.0)
+    cpi.record(7, 2, 2.0)
+    assert cpi.slowdown(7, 1) is None  # two samples: no baseline yet
+    cpi.record(7, 3, 1.0)  # a slowed pod of the same job
+    assert cpi.slowdown(7, 3) == pytest.approx(2.0)  # 90th percentile of (2, 2, 1) = 2 → 2 / 1
+    assert cpi.slowdown(7, 1) == 1.0  # never below 1
+    assert cpi.slowdown(8, 1) is None and cpi.slowdown(7, 99) is None
