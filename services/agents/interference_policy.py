@@ -92,9 +92,12 @@ class MoveSettings:
 
     def __post_init__(self) -> None:
         if self.slo_slowdown <= 1.0:
-            raise ValueError(f"slo_slowdown must be > 1, got {self.slo_slowdown}")
-        if self.min_age_s < 0 or self.max_per_round < 0 or self.margin < 0 or not 0.0 <= self.score <= 1.0:
-            raise ValueError(f"bad move settings: {self}")
+            raise ValueError(f"move setting slo_slowdown must be > 1, got {self.slo_slowdown}")
+        for name in ("min_age_s", "max_per_round", "margin"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"move setting {name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.score <= 1.0:
+            raise ValueError(f"move setting score must be in [0, 1], got {self.score}")
 
 
 @dataclass(frozen=True, slots=True)

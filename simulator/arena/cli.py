@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the extender's weight of the regime slowdown penalty (EXTENDER_WEIGHT_SLOWDOWN; "
                         "default: the service's default)")
     p.add_argument("--extender-inputs", choices=("model", "none"), default="model",
-                   help="extender: read the regime model's labels (model) or nothing (none: every node's card "
-                        "unknown, as the live extender with regimes.v2 silent; only the co-runner term and "
+                   help="extender and orchestrator: read the regime model's labels (model) or nothing (none: every "
+                        "node's card unknown, as the live extender with regimes.v2 silent; only the co-runner term and "
                         "kube-default's scores decide)")
     p.add_argument("--kinds", choices=("heldout", "train"), default="heldout",
                    help="workload kinds of the arrivals: the regime model's held-out kinds (the evaluation) "
@@ -168,7 +168,11 @@ def run(args: argparse.Namespace, command: str) -> int:
         moves = (MoveSettings(min_age_s=args.move_min_age_s, batch_only=args.move_batch_only, margin=args.move_margin)
                  if args.orchestrator_moves else None)
     except ValueError as exc:
-        print(f"eval arena: --move-min-age-s: {exc}", file=sys.stderr)
+        print(f"eval arena: {exc}", file=sys.stderr)
+        return 2
+    if args.orchestrator_load_term and args.extender_corunner_weight <= 0:
+        print("eval arena: --orchestrator-load-term needs --extender-corunner-weight > 0 (the term's weight)",
+              file=sys.stderr)
         return 2
     model = load_regime_model(resolve(args.model))
     key = "heldout_kinds" if args.kinds == "heldout" else "train_kinds"

@@ -82,6 +82,11 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
     assert (details["pod_estimates"], details["victims"]) == ("counters", "cpi")
     assert eval_arena(["--synthetic", "10", "--victims", "cpi", "--out", str(tmp_path / "y")]) == 2
     assert "--victims cpi needs --pod-estimates counters" in capsys.readouterr().err
+    assert eval_arena(["--synthetic", "10", "--orchestrator-moves", "--move-margin", "-1", "--out",
+                       str(tmp_path / "z")]) == 2
+    assert "move setting margin must be >= 0" in capsys.readouterr().err
+    assert eval_arena(["--synthetic", "10", "--orchestrator-load-term", "--out", str(tmp_path / "w")]) == 2
+    assert "--orchestrator-load-term needs --extender-corunner-weight" in capsys.readouterr().err
 
 
 def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:
