@@ -50,15 +50,20 @@ def pressure_guess(kinds: Sequence[str], decimals: int = 4) -> tuple[tuple[float
     return tuple(out)
 
 
-def train_kinds(model_root: Path) -> list[str]:
-    """The training kinds named by a regime model's card (its root's CURRENT, or a version directory)."""
+def card_kinds(model_root: Path, key: str = "train_kinds") -> list[str]:
+    """The kinds a regime model's card names under ``data.<key>`` (its root's CURRENT, or a version directory)."""
     from services.runtime.model_watch import resolve
 
     card = orjson.loads((resolve(model_root) / "model_card.json").read_bytes())
-    kinds = list(card.get("data", {}).get("train_kinds") or [])
+    kinds = list(card.get("data", {}).get(key) or [])
     if not kinds:
-        raise ValueError(f"{model_root}: the card names no data.train_kinds")
+        raise ValueError(f"{model_root}: the card names no data.{key}")
     return kinds
+
+
+def train_kinds(model_root: Path) -> list[str]:
+    """The training kinds named by a regime model's card."""
+    return card_kinds(model_root, "train_kinds")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

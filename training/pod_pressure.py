@@ -35,6 +35,7 @@ import orjson
 from featurelib.pod import pod_features
 from simulator.cluster import COL, EVENTS, node_specs_for, workload_rates
 from simulator.workloads import FREE_PRESSURE, KINDS, RESOURCES, excess
+from training.corunner import card_kinds
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 WINDOW_S: Final = 10.0
@@ -117,13 +118,6 @@ def errors(pred: np.ndarray, true: np.ndarray) -> dict[str, dict[str, float]]:
     return out
 
 
-def model_kinds(model_root: Path) -> tuple[list[str], list[str]]:
-    from services.runtime.model_watch import resolve
-
-    card = orjson.loads((resolve(model_root) / "model_card.json").read_bytes())
-    return list(card["data"]["train_kinds"]), list(card["data"]["heldout_kinds"])
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.pod_pressure", description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=ROOT / "models" / "regime", help="regime model root (its kinds)")
@@ -131,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = p.parse_args(argv)
-    train_kinds, held = model_kinds(args.model)
+    train_kinds, held = card_kinds(args.model, "train_kinds"), card_kinds(args.model, "heldout_kinds")
     report: dict[str, Any] = {"train_kinds": train_kinds, "heldout_kinds": held, "pods": args.pods, "seed": args.seed}
     for extended in (False, True):
         started = time.perf_counter()

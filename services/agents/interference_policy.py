@@ -160,9 +160,8 @@ def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = fro
                                           if over[j] and v <= s.slo_slowdown and v < predicted[j])
             if relieved == 0:
                 continue
-            move = Move(pod, node.name, relieved, worst, 0)
-            if found is not None and move.rank() <= found.rank():
-                continue
+            if found is not None and (relieved, not pod.latency_sensitive, -pod.age_s) <= found.rank():
+                continue  # cannot beat the node's best so far: spare the target search
             targets = targets_for(pod, node.name, nodes, s, model)
             if targets:
                 found = Move(pod, node.name, relieved, worst, targets)

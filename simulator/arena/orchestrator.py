@@ -169,24 +169,25 @@ class CounterEstimator:
         self.specs = node_specs_for(seed)
         self._rng = np.random.default_rng(seed)
 
-    def estimate(self, node: int, residents: Sequence[Arrival],
-                 which: Sequence[int]) -> list[tuple[float, float, float, float]]:
-        kinds = [a.kind for a in residents]
+    def _rates(self, node: int, residents: Sequence[Arrival]) -> np.ndarray:
+        """Counter rates per resident (rows) on this node's SKU, co-runners' slowdown included."""
         inten = np.array([a.intensity for a in residents], dtype=np.float64)
         pressures = np.array([a.pressure for a in residents], dtype=np.float64).reshape(len(residents), 4)
-        per, _, _, _ = workload_rates(self.specs[node % len(self.specs)], kinds, inten, pressures, self._rng)
+        per, _, _, _ = workload_rates(self.specs[node % len(self.specs)], [a.kind for a in residents], inten,
+                                      pressures, self._rng)
+        return per
+
+    def estimate(self, node: int, residents: Sequence[Arrival],
+                 which: Sequence[int]) -> list[tuple[float, float, float, float]]:
+        per = self._rates(node, residents)
         x = np.array([pod_features(pod_counts(per[k], self._rng), WINDOW_S) for k in which])
         return [(float(a), float(b), float(c), float(d)) for a, b, c, d in self.model.predict(x).tolist()]
 
     def ipc(self, node: int, residents: Sequence[Arrival]) -> list[float]:
         """Each resident's IPC over the current window, from its simulated counts (co-runners' slowdown included)."""
-        kinds = [a.kind for a in residents]
-        inten = np.array([a.intensity for a in residents], dtype=np.float64)
-        pressures = np.array([a.pressure for a in residents], dtype=np.float64).reshape(len(residents), 4)
-        per, _, _, _ = workload_rates(self.specs[node % len(self.specs)], kinds, inten, pressures, self._rng)
         out = []
-        for k in range(len(residents)):
-            c = pod_counts(per[k], self._rng)
+        for rates in self._rates(node, residents):
+            c = pod_counts(rates, self._rng)
             out.append(c["instructions"] / c["cycles"] if c["cycles"] > 0 else 0.0)
         return out
 
@@ -323,8 +324,7 @@ class OrchestratorPolicy:
         mine = est.of(pod.task_id, cls) if isinstance(pod, TaskPod) else CLASS_PRESSURE_GUESS[CLASS_INDEX[cls]]
 
         def node_score(i: int, c: int, cards: Sequence[NodeCard]) -> int:
-            names = WORKLOAD_CLASSES
-            residents = [(int(k), est.of(tid, names[int(k)]), bool(sensitive))
+            residents = [(int(k), est.of(tid, WORKLOAD_CLASSES[int(k)]), bool(sensitive))
                          for k, tid, sensitive in zip(view.classes[i].tolist(), view.task_ids[i],
                                               view.latency_sensitive[i].tolist(), strict=True)]
             harm = load_harm(c, mine, ls, residents)
