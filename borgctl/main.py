@@ -57,6 +57,10 @@ def _train(model: str, argv: list[str]) -> int:
         from training.forecast.cli import train_forecast
 
         return train_forecast(argv)
+    if model == "pod-pressure":
+        from training.pod_pressure import train_pod_pressure
+
+        return train_pod_pressure(argv)
     if model == "placement":
         from training.placement.cli import train_placement
 
@@ -88,7 +92,7 @@ def _eval(model: str, argv: list[str]) -> int:
     return eval_arena(argv)
 
 
-TRAIN = ("failure", "regime", "anomaly", "forecast", "placement")
+TRAIN = ("failure", "regime", "anomaly", "forecast", "placement", "pod-pressure")
 EVAL = ("failure", "failure-rolling", "regime", "forecast", "arena", "drift")
 
 
@@ -233,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(fn=lambda a, n=name: _delegated(n, a.rest))
 
-    train = sub.add_parser("train", help="train a model: failure, regime, anomaly, forecast", add_help=False)
+    train = sub.add_parser("train", help="train a model: failure, regime, anomaly, forecast, placement, pod-pressure",
+                           add_help=False)
     train.add_argument("model", choices=sorted(TRAIN))
     train.add_argument("rest", nargs=argparse.REMAINDER)
     train.set_defaults(fn=lambda a: _train(a.model, a.rest))

@@ -42,6 +42,8 @@ SERVICES: tuple[ServiceEntry, ...] = (
     ServiceEntry(name="drift", module="services.drift.main",
                  description="features.v1 + regimes.v2 + risk.v2 + taskevents.v1 → drift.v1 (PSI, concept drift)"),
     ServiceEntry(name="forecast", module="services.forecast.main", description="features.v1 → forecasts.v1 (ONNX)"),
+    ServiceEntry(name="pod-pressure", module="services.pod_pressure.main",
+                 description="nodestate.v1 per-pod cgroup counters → podpressure.v1 (ONNX)"),
     ServiceEntry(
         name="agent-reliability", module="services.agents.reliability", description="A: replicate / scale out"
     ),

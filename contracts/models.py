@@ -466,6 +466,46 @@ class LoadForecast(Contract):
         return None
 
 
+PodPressureUnknownReason = Literal["counters_missing", "idle", "out_of_range", "model_failed"]
+"""Why a pod has no pressure estimate: ``counters_missing`` — its cgroup lacks an event the model reads (the
+node agent's ``CGROUP_EVENTS``) or one was not counted; ``idle`` — no instructions or no CPU time in the
+window; ``out_of_range`` — a feature lies outside what the model was trained on; ``model_failed`` — the model
+returned no finite number."""
+
+
+class PodPressure(Contract):
+    """podpressure.v1: how hard one pod pressed on its node's shared resources over one window, estimated from
+    its own cgroup counters (0..1 per resource, the interference model's scale).
+
+    ``unknown`` records carry no pressures and say why (``reason``); nothing acts on them.
+    """
+
+    node: Name
+    pod_uid: Annotated[str, Field(min_length=1, max_length=64)]
+    cgroup: Annotated[str, Field(min_length=1, max_length=4096)]
+    ts_ms: TimestampMs = Field(description="end of the window (the newest NodeState summed into it)")
+    window_ms: Annotated[int, Field(gt=0, le=3_600_000)] = Field(description="time the pod's counts cover")
+    status: Literal["ok", "unknown"]
+    reason: PodPressureUnknownReason | None = None
+    llc: Probability | None = None
+    membw: Probability | None = None
+    core: Probability | None = None
+    frontend: Probability | None = None
+    ipc: NonNegFloat | None = Field(default=None, description="instructions per cycle over the window")
+    busy_cores: NonNegFloat | None = Field(default=None, description="CPU time over the window ÷ the window")
+    model_version: Name
+    input_ts_ms: TimestampMs
+
+    @model_validator(mode="after")
+    def _pressures_exactly_when_ok(self) -> PodPressure:
+        given = [v is not None for v in (self.llc, self.membw, self.core, self.frontend)]
+        if (self.status == "ok") != all(given) or (self.status == "unknown" and any(given)):
+            raise ValueError("llc, membw, core and frontend are given exactly when status is 'ok'")
+        if (self.status == "unknown") != (self.reason is not None):
+            raise ValueError("reason is given exactly when status is 'unknown'")
+        return self
+
+
 class FeatureDrift(Contract):
     """One model input's drift over the drift stage's window."""
 

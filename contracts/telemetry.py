@@ -79,6 +79,7 @@ SPAN_REGIME_INFER = "regime infer"
 SPAN_ANOMALY_INFER = "anomaly infer"
 SPAN_RISK_INFER = "risk infer"
 SPAN_FORECAST_INFER = "forecast infer"
+SPAN_POD_PRESSURE_INFER = "pod_pressure infer"
 SPAN_AGENT_EVALUATE = "agent evaluate"
 SPAN_REFEREE_DECIDE = "referee decide"
 SPAN_K8S_WRITE = "k8s write"
@@ -96,6 +97,7 @@ SPAN_NAMES: frozenset[str] = frozenset(
         SPAN_ANOMALY_INFER,
         SPAN_RISK_INFER,
         SPAN_FORECAST_INFER,
+        SPAN_POD_PRESSURE_INFER,
         SPAN_AGENT_EVALUATE,
         SPAN_REFEREE_DECIDE,
         SPAN_K8S_WRITE,

@@ -20,6 +20,7 @@ from contracts.models import (
     FeatureVector,
     LoadForecast,
     NodeState,
+    PodPressure,
     Proposal,
     RegimeLabel,
     RegimeLabelV2,
@@ -46,6 +47,7 @@ class Topic:
     RISK_V1: Final = "risk.v1"
     RISK: Final = "risk.v2"
     FORECASTS: Final = "forecasts.v1"
+    PODPRESSURE: Final = "podpressure.v1"
     PROPOSALS: Final = "proposals.v1"
     DECISIONS: Final = "decisions.v1"
     ACTIONS: Final = "actions.v1"
@@ -103,6 +105,8 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(name=Topic.RISK_V1, key="task or node", model=FailureRisk, partitions=6, compacted=True),
     TopicSpec(name=Topic.RISK, key="task or node", model=FailureRiskV2, partitions=6, compacted=True),
     TopicSpec(name=Topic.FORECASTS, key="node", model=LoadForecast, partitions=6, compacted=True),
+    # one record per running pod per 10 s window: a stream, not compacted (pods come and go; no tombstones)
+    TopicSpec(name=Topic.PODPRESSURE, key="node", model=PodPressure, partitions=6, retention_ms=6 * 3600 * 1000),
     TopicSpec(name=Topic.PROPOSALS, key="target", model=Proposal, partitions=3),
     TopicSpec(name=Topic.DECISIONS, key="target", model=Decision, partitions=3),
     TopicSpec(name=Topic.ACTIONS, key="target", model=ActionResult, partitions=3),

@@ -14,9 +14,13 @@ Every feature is a ratio or a rate (no node-specific scale), and a missing or ze
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
+from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import numpy as np
 
@@ -24,6 +28,31 @@ BASIC_EVENTS: Final = ("cycles", "instructions", "cache-misses", "task-clock", "
 EXTENDED_EVENTS: Final = (*BASIC_EVENTS, "cache-references", "branch-instructions", "branch-misses")
 BASIC_FEATURES: Final = ("ipc", "miss_pki", "log_miss_per_s", "busy_cores", "ghz", "cs_per_core_s")
 EXTENDED_FEATURES: Final = (*BASIC_FEATURES, "ref_pki", "miss_ratio", "branch_pki", "branch_miss_ratio")
+
+
+POD_FEATURE_SCHEMA_VERSION: Final = 1
+WINDOW_S: Final = 10.0
+"""The window a pod's counts are summed over before its features are computed (training and serving)."""
+
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+
+
+def pod_feature_schema_hash(extended: bool = True) -> str:
+    """sha256 over the schema version, the window, the events read and the ordered feature names."""
+    events, names = (EXTENDED_EVENTS, EXTENDED_FEATURES) if extended else (BASIC_EVENTS, BASIC_FEATURES)
+    text = f"{POD_FEATURE_SCHEMA_VERSION}\nwindow_s={WINDOW_S}\n{','.join(events)}\n" + "\n".join(names)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def pod_uid_of(cgroup: str) -> str | None:
+    """The pod UID in a kubelet cgroup path, dashed (None: not a pod's cgroup).
+
+    Both kubelet layouts: cgroupfs (``kubepods/burstable/pod<uid>``) and systemd
+    (``kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_with_underscores>.slice``). Only the
+    pod's own cgroup counts: a container's below it is None (its counts are already in the pod's).
+    """
+    match = _POD_UID.search(cgroup.rstrip("/").rsplit("/", 1)[-1])
+    return match.group(1).replace("_", "-") if match else None
 
 
 def _div(a: float, b: float) -> float:
@@ -54,3 +83,86 @@ def pod_features(counts: Mapping[str, float], interval_s: float, extended: bool 
             _div(c["branch-misses"], c["branch-instructions"]),
         ]
     return np.asarray(out, dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class PodWindow:
+    """One pod's counts summed over one window of its node's samples."""
+
+    node: str
+    cgroup: str
+    pod_uid: str
+    ts_ms: int
+    """End of the window: the newest sample summed into it."""
+    window_ms: int
+    """Time the pod's counts cover (the samples it appeared in)."""
+    counts: dict[str, float]
+    missing: tuple[str, ...]
+    """Events asked for but absent or not counted in at least one sample of the window."""
+    input_ts_ms: int
+
+
+@dataclass(slots=True)
+class _Open:
+    covered_ms: int = 0
+    pods: dict[str, tuple[str, dict[str, float], set[str], int]] = field(default_factory=dict)
+    """cgroup → (pod uid, summed counts, missing events, covered ms)."""
+
+
+class PodWindows:
+    """Sums each pod's per-cgroup counts over ``window_s`` of its node's samples, then closes them all.
+
+    Pure (no clock: time is the samples' own). A node's window closes when its samples cover
+    ``window_s``; a pod counts only the samples it appears in (``window_ms``). Cgroups that are not a pod's
+    (:func:`pod_uid_of` is None) are ignored; past ``max_pods`` pods in one node's window the rest of
+    them are dropped (counted in ``dropped_pods``), past ``max_nodes`` open nodes the longest-idle is
+    forgotten — bounded memory whatever the input.
+    """
+
+    def __init__(self, events: tuple[str, ...], window_s: float = WINDOW_S, *, max_pods: int = 256,
+                 max_nodes: int = 10_000) -> None:
+        self.events = events
+        self.window_ms = int(window_s * 1000)
+        self.max_pods = max_pods
+        self.max_nodes = max_nodes
+        self.dropped_pods = 0
+        self._open: OrderedDict[str, _Open] = OrderedDict()
+
+    def is_open(self, node: str) -> bool:
+        return node in self._open
+
+    def observe(self, node: str, ts_ms: int, interval_ms: int, cgroups: Mapping[str, Mapping[str, Any]],
+                input_ts_ms: int = 0) -> list[PodWindow]:
+        """Take one NodeState's per-cgroup counters (``{cgroup: {event: {"value": …}}}``, the contract's dict
+        form); the pods' windows that closed with it (empty while the node's window is open)."""
+        win = self._open.pop(node, None)
+        if win is None:
+            win = _Open()
+        self._open[node] = win  # most recently seen last
+        while len(self._open) > self.max_nodes:
+            self._open.popitem(last=False)
+        win.covered_ms += interval_ms
+        for cgroup, counters in cgroups.items():
+            uid = pod_uid_of(cgroup)
+            if uid is None:
+                continue
+            entry = win.pods.get(cgroup)
+            if entry is None:
+                if len(win.pods) >= self.max_pods:
+                    self.dropped_pods += 1
+                    continue
+                entry = win.pods[cgroup] = (uid, dict.fromkeys(self.events, 0.0), set(), 0)
+            _, sums, missing, covered = entry
+            for event in self.events:
+                counter = counters.get(event)
+                value = counter.get("value") if counter is not None else None
+                if value is None:
+                    missing.add(event)
+                else:
+                    sums[event] += float(value)
+            win.pods[cgroup] = (uid, sums, missing, covered + interval_ms)
+        if win.covered_ms < self.window_ms:
+            return []
+        del self._open[node]
+        return [PodWindow(node, cgroup, uid, ts_ms, covered, sums, tuple(sorted(missing)), input_ts_ms)
+                for cgroup, (uid, sums, missing, covered) in win.pods.items()]

@@ -361,11 +361,7 @@ class SyntheticCluster:
         self, spec: NodeSpec, kinds: list[str], inten: np.ndarray, pressures: np.ndarray
     ) -> tuple[np.ndarray, float, float, float]:
         per, util, mem, freq = workload_rates(spec, kinds, inten, pressures, self._rng)
-        rates = np.zeros(len(EVENTS))
-        for row in per:  # row by row, as the node's counters always were summed (bit-identical figures)
-            rates += row
-        rates[COL["mem-bandwidth-bytes"]] = min(rates[COL["mem-bandwidth-bytes"]], spec.peak_bw_gbs * 0.95e9)
-        return rates, util, mem, freq
+        return node_rates(spec, per), util, mem, freq
 
     # ----------------------------------------------------------------- ticks
     def _start_anomalies(self) -> None:
@@ -499,6 +495,16 @@ class SyntheticCluster:
     def run(self, ticks: int) -> Iterator[TickBatch]:
         for _ in range(ticks):
             yield self.tick()
+
+
+def node_rates(spec: NodeSpec, per: np.ndarray) -> np.ndarray:
+    """A node's counter rates from its workloads' (``workload_rates`` rows): their sum, with DRAM traffic capped
+    at the node's peak bandwidth."""
+    rates = np.zeros(len(EVENTS))
+    for row in per:  # row by row, as the node's counters always were summed (bit-identical figures)
+        rates += row
+    rates[COL["mem-bandwidth-bytes"]] = min(rates[COL["mem-bandwidth-bytes"]], spec.peak_bw_gbs * 0.95e9)
+    return rates
 
 
 def workload_rates(

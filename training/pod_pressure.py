@@ -14,6 +14,11 @@ the **held-out kinds** (never fitted on):
   co-runners of any kind (as in the arena);
 * one XGBoost regressor per resource (squared error, clipped to [0, 1]).
 
+``borgctl train pod-pressure [--out models/pod_pressure] [--quick]`` trains the extended-events model the same
+way, measures it on the held-out kinds, exports one ONNX regressor per resource (parity-checked) with the
+training features' input ranges (outside them the stage answers ``unknown``), writes the model card and points
+``CURRENT`` at it: what the ``pod-pressure`` stage serves (docs/decision_plane.md, "Per-pod pressure").
+
 Reported (JSON with ``--out``): per resource, the error on held-out kinds — mean absolute error of the pressure,
 of the *excess* over the free 0.25 (what the interference model reads), and the log-ratio spread σ where the true
 pressure exceeds 0.25 (comparable with the arena's ``--pod-pressure-noise``) — for both event sets.
@@ -32,13 +37,16 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from featurelib.pod import pod_features
+from featurelib.pod import EXTENDED_EVENTS, EXTENDED_FEATURES, WINDOW_S, pod_feature_schema_hash, pod_features
 from simulator.cluster import COL, EVENTS, node_specs_for, workload_rates
 from simulator.workloads import FREE_PRESSURE, KINDS, RESOURCES, excess
 from training.corunner import card_kinds
 
 ROOT: Final = Path(__file__).resolve().parents[1]
-WINDOW_S: Final = 10.0
+KIND: Final = "pod-pressure"
+RANGE_QUANTILES: Final = (0.001, 0.999)
+RANGE_MARGIN: Final = 0.1
+"""Input ranges: the training features' 0.1–99.9 % quantiles, widened by 10 % of their span on each side."""
 COUNT_NOISE: Final = 0.05
 
 
@@ -83,6 +91,10 @@ class PodPressureModel:
         self.extended = extended
         self.seed = seed
         self._boosters: list[Any] = []
+
+    @property
+    def boosters(self) -> list[Any]:
+        return self._boosters
 
     def fit(self, s: Samples) -> PodPressureModel:
         import xgboost as xgb
@@ -145,6 +157,100 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     return 0
+
+
+def input_ranges(x: np.ndarray) -> list[list[float]]:
+    """Per feature [low, high] the model answers inside (``RANGE_QUANTILES`` widened by ``RANGE_MARGIN``)."""
+    lo, hi = np.quantile(x, RANGE_QUANTILES, axis=0)
+    span = np.maximum(hi - lo, 1e-9)
+    return [[float(a), float(b)] for a, b in zip(lo - RANGE_MARGIN * span, hi + RANGE_MARGIN * span, strict=True)]
+
+
+def export(model: PodPressureModel, x_check: np.ndarray, out_dir: Path, version: str) -> dict[str, dict[str, Any]]:
+    """One parity-checked ONNX file per resource (``<resource>.onnx``: float32[N, features] → [N, 1])."""
+    from training.export_onnx import PARITY_TOLERANCE, ParityError, session, to_onnx
+
+    files: dict[str, dict[str, Any]] = {}
+    x32 = np.ascontiguousarray(x_check, dtype=np.float32)
+    for r, name in enumerate(RESOURCES):
+        booster = model.boosters[r].get_booster()
+        proto = to_onnx(booster, x32.shape[1], {"model": KIND, "version": version, "resource": name})
+        data = proto.SerializeToString()
+        sess = session(data)
+        got = np.asarray(sess.run(None, {sess.get_inputs()[0].name: x32})[0], dtype=np.float64).reshape(-1)
+        expected = np.asarray(booster.inplace_predict(x32), dtype=np.float64).reshape(-1)
+        diff = float(np.max(np.abs(got - expected))) if len(x32) else 0.0
+        if not diff <= PARITY_TOLERANCE:
+            raise ParityError(f"ONNX parity check failed for {name}.onnx: max |onnx - xgboost| = {diff:.3g}")
+        (out_dir / f"{name}.onnx").write_bytes(data)
+        files[f"{name}.onnx"] = {"resource": name, "parity_max_abs_diff": diff}
+    return files
+
+
+def train_and_save(args: argparse.Namespace, progress: Any, *, command: str) -> Path:
+    """``borgctl train pod-pressure``: train (extended events), measure on held-out kinds, export, card."""
+    from training.model_card import set_current, sha256_file, write_json
+
+    train_kinds, held = card_kinds(args.regime_model, "train_kinds"), card_kinds(args.regime_model, "heldout_kinds")
+    pods = 4_000 if args.quick else args.pods
+    version = args.version or time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-s{args.seed}"
+    out_dir: Path = args.out / version
+    if out_dir.exists():
+        raise FileExistsError(f"{out_dir} exists: choose another --version")
+    progress(f"training on {pods:,} simulated pods of {len(train_kinds)} training kinds")
+    train_set = sample(pods, train_kinds, train_kinds, args.seed, True)
+    model = PodPressureModel(True, args.seed).fit(train_set)
+    progress("measuring on the held-out kinds (never trained on)")
+    test = sample(max(1_000, pods // 4), held, train_kinds + held, args.seed + 1, True)
+    same = sample(max(1_000, pods // 4), train_kinds, train_kinds + held, args.seed + 2, True)
+    out_dir.mkdir(parents=True)
+    files = export(model, test.x[:2_000], out_dir, version)
+    card: dict[str, Any] = {
+        "model": KIND, "kind": KIND, "version": version, "command": command,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "features": {"schema_hash": pod_feature_schema_hash(True), "names": list(EXTENDED_FEATURES),
+                     "events": list(EXTENDED_EVENTS), "window_s": WINDOW_S,
+                     "input_ranges": input_ranges(train_set.x)},
+        "outputs": {"resources": list(RESOURCES), "scale": "pressure 0..1 (simulator.workloads' interference model)"},
+        "data": {"source": "simulated per-cgroup counters (simulator.cluster.workload_rates), no trace data",
+                 "train_kinds": train_kinds, "heldout_kinds": held, "pods": pods, "seed": args.seed,
+                 "window_s": WINDOW_S, "count_noise": COUNT_NOISE},
+        "evaluation": {"heldout_kinds": errors(model.predict(test.x), test.y),
+                       "train_kinds_new_samples": errors(model.predict(same.x), same.y)},
+        "serving": {"files": files},
+        "sha256": {name: sha256_file(out_dir / name) for name in files},
+    }
+    write_json(out_dir / "model_card.json", card)
+    for r in RESOURCES:
+        h = card["evaluation"]["heldout_kinds"][r]
+        progress(f"{r:8s} held-out kinds: MAE {h['mae']:.3f}, log-ratio sigma {h['log_ratio_sigma']:.3f} "
+                 f"(bias {h['log_ratio_bias']:+.3f})")
+    if not args.no_set_current:
+        set_current(args.out, version)
+    return out_dir
+
+
+def train_pod_pressure(argv: Sequence[str]) -> int:
+    from training import cli_args
+
+    def parse(items: list[str]) -> argparse.Namespace:
+        p = cli_args.Parser(prog="borgctl train pod-pressure", description="per-pod pressure from cgroup counters "
+                            "(simulated; measured on held-out workload kinds) → ONNX + model card")
+        cli_args.add_model_root(p, "pod_pressure")
+        cli_args.add_version(p)
+        cli_args.add_no_set_current(p)
+        cli_args.add_seed(p, 0)
+        cli_args.add_quick(p, help="4,000 training pods instead of --pods (~5 s)")
+        cli_args.add_quiet(p)
+        p.add_argument("--pods", type=int, default=20_000, help="training pods (default 20,000)")
+        p.add_argument("--regime-model", type=Path, default=ROOT / "models" / "regime",
+                       help="regime model root whose card names the training and held-out kinds")
+        args = p.parse_args(items)
+        if args.pods < 100:
+            raise cli_args.UsageError(f"--pods must be at least 100, got {args.pods}")
+        return args
+
+    return cli_args.run_trainer("borgctl train pod-pressure", argv, parse, train_and_save)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ class TaskRun:
     finished_s: float | None
     pod: str = ""
     """The pod's name (the Job controller's), for ``ArenaKube.complete``."""
+    uid: str = ""
+    """The pod's UID: its cgroup's name on the node (``kubepods/…/pod<uid>``)."""
 
 
 def kube_scheduler_binary() -> Path:
@@ -301,6 +303,7 @@ class ArenaKube:
                     started,
                     finished,
                     p.metadata.name,
+                    p.metadata.uid or "",
                 )
             )
         return out

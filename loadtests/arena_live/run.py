@@ -217,11 +217,40 @@ def live_task(arrival: Any, time_scale: float, *, stretch: bool = False) -> Live
 
 
 def running_by_node(runs: Sequence[TaskRun], nodes: Sequence[str], by_id: dict[str, Any]) -> dict[int, list[Any]]:
+    return {i: [a for a, _ in pods] for i, pods in running_pods_by_node(runs, nodes, by_id).items()}
+
+
+def running_pods_by_node(runs: Sequence[TaskRun], nodes: Sequence[str], by_id: dict[str, Any]
+                         ) -> dict[int, list[tuple[Any, str]]]:
+    """Per node index: (arrival, pod UID) of every Running task pod bound there."""
     index = {n: i for i, n in enumerate(nodes)}
-    out: dict[int, list[Any]] = {i: [] for i in range(len(nodes))}
+    out: dict[int, list[tuple[Any, str]]] = {i: [] for i in range(len(nodes))}
     for r in runs:
         if r.phase == "Running" and r.node in index and r.task_id in by_id:
-            out[index[r.node]].append(by_id[r.task_id])
+            out[index[r.node]].append((by_id[r.task_id], r.uid))
+    return out
+
+
+def score_pod_pressure(records: Sequence[Any], truth: dict[str, tuple[float, ...]]) -> dict[str, float]:
+    """The live estimates (PodPressure records) against each pod's true pressure: record counts, the share
+    answered, and per resource the mean absolute error and the log-ratio spread where the truth exceeds the
+    free pressure (``training.pod_pressure.errors``' definitions, comparable with the offline figures)."""
+    from simulator.workloads import FREE_PRESSURE, RESOURCES
+
+    known = [r for r in records if r.pod_uid in truth]
+    ok = [r for r in known if r.status == "ok"]
+    out: dict[str, float] = {"pod_pressure_records": float(len(records)),
+                             "pod_pressure_pods": float(len({r.pod_uid for r in known})),
+                             "pod_pressure_answered": len(ok) / len(known) if known else 0.0}
+    for name in RESOURCES:
+        pred = np.array([getattr(r, name) for r in ok], dtype=np.float64)
+        true = np.array([truth[r.pod_uid][RESOURCES.index(name)] for r in ok], dtype=np.float64)
+        hot = true > FREE_PRESSURE
+        ratio = np.log(np.maximum(pred[hot], 1e-3) / true[hot])
+        if len(ok):
+            out[f"pod_pressure_{name}_mae"] = float(np.abs(pred - true).mean())
+        if ratio.size:
+            out[f"pod_pressure_{name}_log_sigma"] = float(np.sqrt((ratio ** 2).mean()))
     return out
 
 
@@ -323,49 +352,69 @@ def name_of(run_id: str, policy: str) -> str:
     return f"arena-{run_id}-{policy}"
 
 
-async def _action_counts(bootstrap: str, prefix: str, say: Callable[[str], None]) -> dict[str, float]:
-    """The referee's ActionResults of the pass, by outcome (``actions_applied``, ``actions_refused`` …) and the
-    taints among those applied (``taints_applied``); each refusal or failure is told through ``say``."""
+async def _read_topic(bootstrap: str, topic: str, partitions: int, limit_s: float = 20.0) -> list[Any]:
+    """Every record of ``topic`` up to its end offsets now (at most ``limit_s`` of reading)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from contracts import ActionResult, ContractError, decode
-
-    topic = f"{prefix}{Topic.ACTIONS}"
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **kafka_client_options())
     await consumer.start()
-    out: dict[str, float] = {f"actions_{o}": 0.0 for o in ("applied", "refused", "failed")}
-    out["decisions_declined"] = 0.0
-    out["taints_applied"] = 0.0
+    out: list[Any] = []
     try:
-        tps = [TopicPartition(topic, p) for p in range(topic_spec(Topic.ACTIONS).partitions)]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + limit_s
 
         async def behind() -> bool:
             return any([await consumer.position(tp) < ends[tp] for tp in tps])
 
         while await behind() and time.monotonic() < deadline:
             for records in (await consumer.getmany(timeout_ms=500)).values():
-                for r in records:
-                    try:
-                        result = decode(ActionResult, r.value)
-                    except ContractError:
-                        continue
-                    # a "none" decision (no proposal qualified) is the referee declining, not a refused write
-                    key = "decisions_declined" if result.action == "none" else f"actions_{result.outcome}"
-                    out[key] = out.get(key, 0.0) + 1
-                    if result.action == "none":
-                        say(f"orchestrator: declined on {result.target.key()}: {result.message[:200]}")
-                    elif result.outcome in ("refused", "failed"):
-                        say(f"orchestrator: {result.action} on {result.target.key()} {result.outcome}: "
-                            f"{result.message[:200]}")
-                    elif result.outcome == "applied" and result.action == "taint":
-                        out["taints_applied"] += 1
+                out.extend(records)
     finally:
         await consumer.stop()
     return out
+
+
+async def _action_counts(bootstrap: str, prefix: str, say: Callable[[str], None]) -> dict[str, float]:
+    """The referee's ActionResults of the pass, by outcome (``actions_applied``, ``actions_refused`` …) and the
+    taints and evictions among those applied; each refusal or failure is told through ``say``."""
+    from contracts import ActionResult, ContractError, decode
+
+    out: dict[str, float] = {f"actions_{o}": 0.0 for o in ("applied", "refused", "failed")}
+    out["decisions_declined"] = 0.0
+    out["taints_applied"] = 0.0
+    out["evictions_applied"] = 0.0
+    for r in await _read_topic(bootstrap, f"{prefix}{Topic.ACTIONS}", topic_spec(Topic.ACTIONS).partitions):
+        try:
+            result = decode(ActionResult, r.value)
+        except ContractError:
+            continue
+        # a "none" decision (no proposal qualified) is the referee declining, not a refused write
+        key = "decisions_declined" if result.action == "none" else f"actions_{result.outcome}"
+        out[key] = out.get(key, 0.0) + 1
+        if result.action == "none":
+            say(f"orchestrator: declined on {result.target.key()}: {result.message[:200]}")
+        elif result.outcome in ("refused", "failed"):
+            say(f"orchestrator: {result.action} on {result.target.key()} {result.outcome}: {result.message[:200]}")
+        elif result.outcome == "applied" and result.action == "taint":
+            out["taints_applied"] += 1
+        elif result.outcome == "applied" and result.action == "evict":
+            out["evictions_applied"] += 1
+    return out
+
+
+async def _pod_pressure_scores(bootstrap: str, prefix: str, truth: dict[str, tuple[float, ...]]) -> dict[str, float]:
+    """The pass's podpressure.v1 records scored against the pods' true pressure (``score_pod_pressure``)."""
+    from contracts import ContractError, decode
+    from contracts.models import PodPressure
+
+    records = []
+    for r in await _read_topic(bootstrap, f"{prefix}{Topic.PODPRESSURE}", topic_spec(Topic.PODPRESSURE).partitions):
+        with contextlib.suppress(ContractError):
+            records.append(decode(PodPressure, r.value))
+    return score_pod_pressure(records, truth)
 
 
 @dataclass(frozen=True)
@@ -416,6 +465,8 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                 procs = [
                     _spawn("agent-admission", ["agent-admission"],
                            {**env, "AGENT_ADMISSION_GROUP_ID": f"{prefix}agent-admission"}, ctx.work),
+                    # per-pod pressure from the pods' cgroup counters (published with each node's NodeState)
+                    _spawn("pod-pressure", ["pod-pressure"], env, ctx.work),
                     _spawn("referee", ["referee"],
                            {**env, "REFEREE_MODE": "apply", "REFEREE_KUBECONFIG": str(ctx.kubeconfig),
                             "REFEREE_GROUP_ID": f"{prefix}referee", "REFEREE_CLUSTER": name_of(run_id, policy),
@@ -443,9 +494,15 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         cluster = ArenaCluster(size.nodes, ctx.seed, interval_ms=1000, node_names=nodes)
         headers = build_headers(NODESTATE)
 
+        pod_cgroups = policy == "orchestrator"
+        truth: dict[str, tuple[float, ...]] = {}
+
         async def publish() -> None:
             ts_ms = int(time.time() * 1000)
-            for state in cluster.tick().nodestate_dicts(ts_ms=ts_ms):
+            for i, state in enumerate(cluster.tick().nodestate_dicts(ts_ms=ts_ms)):
+                if pod_cgroups:
+                    state["cgroups"] = cluster.cgroup_dicts(i, cluster.interval_ms / 1000.0)
+                    truth.update(cluster.pod_pressures(i))
                 await producer.send(
                     prefix + NODESTATE, key=state["node"].encode(), value=orjson.dumps(state), headers=headers
                 )
@@ -479,9 +536,11 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                     completions.submitted(task.task_id, arena_now, a.work_s, latency_sensitive=a.latency_sensitive)
                     submitted += 1
                 runs = await arena.runs()
-                running = running_by_node(runs, nodes, by_id)
-                for i, tasks in running.items():
-                    cluster.set_corunners(i, [t.kind for t in tasks], [t.intensity for t in tasks])
+                pods_by_node = running_pods_by_node(runs, nodes, by_id)
+                running = {i: [t for t, _ in pods] for i, pods in pods_by_node.items()}
+                for i, bound in pods_by_node.items():
+                    cluster.set_corunners(i, [t.kind for t, _ in bound], [t.intensity for t, _ in bound],
+                                          [uid for _, uid in bound])
                 await publish()
                 slowed = ledger.tick(running, dt_arena)
                 if ctx.stretch:
@@ -510,6 +569,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
             out.update(await _extender_counts(procs[-1].health))
         if policy == "orchestrator":
             out.update(await _action_counts(ctx.bootstrap, prefix, ctx.progress))
+            out.update(await _pod_pressure_scores(ctx.bootstrap, prefix, truth))
         out["placed"] = float(sum(1 for r in runs if r.node))
         out["unfinished"] = float(sum(1 for r in runs if r.phase not in ("Succeeded", "Failed")))
         out["wall_s"] = time.monotonic() - started

@@ -65,7 +65,7 @@ from contracts.models import (
     TaskEvent,
 )
 from contracts.topics import Topic
-from featurelib.pod import pod_features
+from featurelib.pod import WINDOW_S, pod_features
 from services.agents import admission_policy, efficiency_policy, interference_policy, reliability_policy
 from services.agents.interference_policy import MoveSettings, NodeLoad, PodLoad
 from services.agents.proposals import Candidate
@@ -82,7 +82,7 @@ from simulator.arena.aware import EXTENDER_SCALE, EXTENDER_WEIGHT, ArenaView, Ex
 from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
 from simulator.cluster import node_specs_for, workload_rates
 from simulator.workloads import CLASS_INDEX
-from training.pod_pressure import WINDOW_S, pod_counts, train
+from training.pod_pressure import pod_counts, train
 
 if TYPE_CHECKING:
     from simulator.arena.loop import Arena

@@ -22,14 +22,17 @@ from contracts.models import REGIMES, UNKNOWN_REGIME
 from featurelib.node.samples import sample_from_dict
 from featurelib.node.schema import as_model_input
 from featurelib.node.windows import DictStore, NodeWindows
+from featurelib.pod import EXTENDED_EVENTS as POD_EVENTS
 from services.regime import hysteresis
 from services.regime.abstention import REASON_BITS
 from services.regime.model import RegimeModel
 from services.scheduler_extender.scoring import RegimeIn
-from simulator.cluster import SyntheticCluster, TickBatch
+from simulator.cluster import COL, EVENTS, SyntheticCluster, TickBatch, node_rates, workload_rates
 from simulator.workloads import KINDS, class_slowdowns, regime_of
 
 _NEVER = 2**62
+POD_COUNT_NOISE = 0.05
+"""Per-pod count noise per sample, as ``training.pod_pressure`` draws it per window."""
 
 
 class ArenaCluster(SyntheticCluster):
@@ -37,20 +40,48 @@ class ArenaCluster(SyntheticCluster):
 
     def __init__(self, nodes: int, seed: int, *, interval_ms: int, **kw: Any) -> None:
         super().__init__(nodes=nodes, seed=seed, interval_ms=interval_ms, epoch_ticks=(1, 1), **kw)
+        self._pods: dict[int, tuple[tuple[str, ...], np.ndarray, np.ndarray]] = {}
         for i in range(nodes):
             self.set_corunners(i, (), ())
 
-    def set_corunners(self, i: int, kinds: Sequence[str], intensities: Sequence[float]) -> None:
-        """Node ``i`` now runs ``kinds`` at ``intensities`` until told otherwise."""
+    def set_corunners(self, i: int, kinds: Sequence[str], intensities: Sequence[float],
+                      pods: Sequence[str] = ()) -> None:
+        """Node ``i`` now runs ``kinds`` at ``intensities`` until told otherwise; ``pods`` (their pod UIDs, in
+        the same order) names their cgroups for :meth:`cgroup_dicts`."""
         inten = np.asarray(intensities, dtype=np.float64)
         pressures = (np.array([KINDS[k].pressure for k in kinds]) * inten[:, None] if len(kinds)
                      else np.zeros((0, 4)))
-        rates, util, mem, freq = self._epoch_rates(self.specs[i], list(kinds), inten, pressures)
-        self._rates[i], self._util0[i], self._mem0[i], self._freq0[i] = rates, util, mem, freq
+        per, util, mem, freq = workload_rates(self.specs[i], list(kinds), inten, pressures, self._rng)
+        self._rates[i], self._util0[i], self._mem0[i], self._freq0[i] = node_rates(self.specs[i], per), util, mem, freq
+        if pods and len(pods) != len(kinds):
+            raise ValueError(f"{len(pods)} pod UIDs for {len(kinds)} workloads on node {i}")
+        self._pods[i] = (tuple(pods), per, pressures)
         regime = regime_of(pressures)
         self._regime[i] = REGIMES.index(regime)
         self._slowdown[i] = class_slowdowns(pressures)
         self._epoch_end[i] = _NEVER
+
+
+    def cgroup_dicts(self, i: int, interval_s: float) -> dict[str, dict[str, dict[str, Any]]]:
+        """Node ``i``'s per-pod counters over one interval, as the node agent's per-cgroup counting would publish
+        them (``NodeState.cgroups``, dict form): one kubelet cgroup ``kubepods/burstable/pod<uid>`` per pod
+        named in :meth:`set_corunners`, the pod's counter rates (its co-runners' slowdown included) with ±5 %
+        count noise, every core-PMU event counted (no multiplexing)."""
+        uids, per, _ = self._pods.get(i, ((), np.zeros((0, len(EVENTS))), np.zeros((0, 4))))
+        enabled = int(interval_s * 1e9)
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for uid, rates in zip(uids, per, strict=True):
+            noisy = rates * interval_s * self._rng.normal(1.0, POD_COUNT_NOISE, size=rates.shape).clip(0.5, 1.5)
+            out[f"kubepods/burstable/pod{uid}"] = {
+                name: {"raw": float(noisy[COL[name]]), "value": float(noisy[COL[name]]), "enabled_ns": enabled,
+                       "running_ns": enabled, "status": "counted"} for name in POD_EVENTS}
+        return out
+
+    def pod_pressures(self, i: int) -> dict[str, tuple[float, ...]]:
+        """The true pressure of each pod named on node ``i`` (kind × intensity): the side channel a live
+        estimate is scored against, never an input."""
+        uids, _, pressures = self._pods.get(i, ((), np.zeros((0, len(EVENTS))), np.zeros((0, 4))))
+        return {uid: tuple(float(v) for v in row) for uid, row in zip(uids, pressures, strict=True)}
 
 
 @dataclass

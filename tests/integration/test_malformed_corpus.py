@@ -43,14 +43,15 @@ from contracts import (
     encode,
 )
 from contracts.base import Contract
-from contracts.models import DeploymentState, DriftReport, HorizonRisk, LoadForecast, TargetRef
-from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC
+from contracts.models import DeploymentState, DriftReport, HorizonRisk, LoadForecast, PodPressure, TargetRef
+from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.agents import admission, efficiency, reliability
 from services.risk.model import load_failure_model
 from services.runtime.admin import connect_admin
 from services.runtime.deadletter import HEADER_VALUE_MAX, HEADERS_MAX, KEY_MAX, VALUE_MAX
 from services.runtime.model_watch import ModelRefusedError, resolve
 from simulator import SyntheticCluster
+from simulator.arena.world import ArenaCluster
 from tests.conftest import wait_until
 from tests.integration.test_stream_pipeline import ServiceProc, collector, running, spawn, wait_ready
 from tests.kafka_helpers import drain
@@ -68,6 +69,7 @@ SERVICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "anomaly": ("anomaly", ("features.v1",)),
     "risk": ("risk", ("taskevents.v1", "features.v1")),
     "forecast": ("forecast", ("features.v1",)),
+    "pod-pressure": ("pod_pressure", ("nodestate.v1",)),
     "drift": ("drift", ("features.v1", REGIMES_TOPIC, RISK_TOPIC, "taskevents.v1")),
     "agent-reliability": ("agents.reliability", reliability.INPUT_TOPICS),
     "agent-efficiency": ("agents.efficiency", efficiency.INPUT_TOPICS),
@@ -230,6 +232,12 @@ def good_records(now_ms: int) -> dict[str, list[tuple[str, Contract]]]:
     hot = RegimeLabelV2(node="good-hot", ts_ms=now_ms, regime="membw", confidence=0.9, raw_regime="membw",
                         changed=True, interference={"memory_bound": 3.2, "cpu_bound": 1.1}, model_version="it",
                         input_ts_ms=now_ms - 40)
+    # the pod-pressure stage answers when a node's 10 s window of per-pod counters closes
+    pods = ArenaCluster(1, seed=5, interval_ms=1000, node_names=["good-pod"])
+    pods.set_corunners(0, ["spmv"], [0.9], ["0f6c1a2b-1234-4abc-9def-0123456789ab"])
+    for k in range(11):
+        state = pods.tick().nodestate_dicts(ts_ms=now_ms - 11_000 + 1000 * k)[0]
+        states.append(NodeState.model_validate({**state, "cgroups": pods.cgroup_dicts(0, 1.0)}))
     idle_state = NodeState.model_validate({**template("nodestate.v1"), "node": "good-idle", "ts_ms": now_ms,
                                            "cpu_util": 0.02, "mem_util": 0.05})
     idle_risk = FailureRiskV2(target_kind="node", target="good-idle", node="good-idle", ts_ms=now_ms,
@@ -394,7 +402,7 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
 
     services = spawn_all(kafka_bootstrap, prefix, tmp_path)
     bases = ["deadletter.v2", "features.v1", REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC, "proposals.v1",
-             "decisions.v1", FORECASTS_TOPIC, DRIFT_TOPIC]
+             "decisions.v1", FORECASTS_TOPIC, DRIFT_TOPIC, Topic.PODPRESSURE]
     with running(*services):
         await wait_ready(services, timeout=120)
         now_ms = int(time.time() * 1000)
@@ -413,6 +421,7 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
                 proposals = {(p.agent, p.target.key()) for p in accepted(g, "proposals.v1", Proposal)}
                 decisions = {d.target.key() for d in accepted(g, "decisions.v1", Decision)}
                 forecasts = {f.node for f in accepted(g, FORECASTS_TOPIC, LoadForecast)}
+                pod_pressures = {(p.node, p.status) for p in accepted(g, Topic.PODPRESSURE, PodPressure)}
                 checks = {
                     f"{expected_letters} dead letters": len(g.records["deadletter.v2"]) >= expected_letters,
                     "features of the sim- nodes": any(v.node.startswith("sim-")
@@ -424,6 +433,7 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
                     "admission proposal on good-hot": ("admission", "Node/_/good-hot") in proposals,
                     "decision on good/api": "Deployment/good/api" in decisions,
                     "forecast of good-fc": "good-fc" in forecasts,
+                    "pod pressure on good-pod": ("good-pod", "ok") in pod_pressures,
                     "a drift report": bool(accepted(g, DRIFT_TOPIC, DriftReport)),
                 }
                 missing[:] = [what for what, ok in checks.items() if not ok]

@@ -1,0 +1,5 @@
+import sys
+
+from services.pod_pressure.main import main
+
+sys.exit(main(sys.argv[1:]))
