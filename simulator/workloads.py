@@ -184,3 +184,14 @@ def validate_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
     if not kinds:
         raise ValueError("at least one workload kind is needed")
     return tuple(dict.fromkeys(kinds))
+
+
+# What a pod presses on (llc, membw, core, frontend) before its own counters are read: the mean over the regime
+# model's training kinds of its class at the mean intensity 0.75 (the arrivals' U(0.5, 1)); never a held-out kind.
+# ``tests/unit/test_extender_load_term.py`` checks these against the shipped card's training kinds.
+CLASS_PRESSURE_GUESS: Final[tuple[tuple[float, float, float, float], ...]] = (
+    (0.0625, 0.05, 0.5375, 0.0875),
+    (0.6, 0.2625, 0.15, 0.0875),
+    (0.3125, 0.6125, 0.1125, 0.0375),
+    (0.125, 0.05, 0.2625, 0.55),
+)

@@ -37,13 +37,14 @@ from contracts.models import (
     LoadForecast,
     LoadQuantiles,
     NodeState,
+    PodPressure,
     Proposal,
     ProposalKind,
     RegimeLabelV2,
     TargetRef,
     TaskEvent,
 )
-from contracts.topics import CAPABILITIES_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, topic_spec
+from contracts.topics import CAPABILITIES_TOPIC, FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic, topic_spec
 from featurelib.node.schema import N_FEATURES, node_feature_schema_hash
 
 __all__ = [
@@ -139,6 +140,13 @@ def _load_forecast() -> LoadForecast:
                         quantiles=[LoadQuantiles(horizon_s=300, resource="cpu", p50=0.2, p90=0.3)])
 
 
+def _pod_pressure() -> PodPressure:
+    return PodPressure(node="corpus-node", pod_uid="0f6c1a2b-1234-4abc-9def-0123456789ab",
+                       cgroup="kubepods/pod0f6c1a2b-1234-4abc-9def-0123456789ab", ts_ms=CORPUS_TS_MS, window_ms=10_000,
+                       status="ok", llc=0.3, membw=0.2, core=0.4, frontend=0.1, ipc=1.2, busy_cores=1.5,
+                       model_version="corpus", input_ts_ms=CORPUS_TS_MS - 5)
+
+
 def _proposal() -> Proposal:
     evidence = Evidence(topic=RISK_TOPIC, key="node:corpus-node", field="probability", value=0.05,
                         ts_ms=CORPUS_TS_MS)
@@ -163,6 +171,7 @@ SHAPES: Final[dict[str, Shape]] = {
     "anomalies.v1": Shape(AnomalyScore, "node", "ts_ms", ("score",), _anomaly_score),
     RISK_TOPIC: Shape(FailureRiskV2, "target", "tasks", ("horizons", 0, "probability"), _failure_risk),
     FORECASTS_TOPIC: Shape(LoadForecast, "node", "history_buckets", ("quantiles", 0, "p50"), _load_forecast),
+    Topic.PODPRESSURE: Shape(PodPressure, "node", "ts_ms", ("llc",), _pod_pressure),
     "proposals.v1": Shape(Proposal, "proposal_id", "ts_ms", ("score",), _proposal),
     CAPABILITIES_TOPIC: Shape(ClusterCapabilities, "cluster", "ts_ms", ("ts_ms",), _capabilities),
 }

@@ -39,7 +39,7 @@ def table(kinds: Sequence[str], decimals: int = 3) -> tuple[tuple[float, ...], .
 
 def pressure_guess(kinds: Sequence[str], decimals: int = 4) -> tuple[tuple[float, ...], ...]:
     """Per class (WORKLOAD_CLASSES order): mean pressure of the given kinds at the mean intensity (0.75): the
-    load term's guess for a pod whose own counters are not read yet (``corunner.CLASS_PRESSURE_GUESS``)."""
+    load term's guess for a pod whose own counters are not read yet (``simulator.workloads.CLASS_PRESSURE_GUESS``)."""
     out = []
     for cls in WORKLOAD_CLASSES:
         members = [k for k in kinds if KINDS[k].workload_class == cls]

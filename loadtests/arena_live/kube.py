@@ -34,6 +34,10 @@ RUN_LABEL = "borg-orchestrator.io/arena-run"
 TASK_LABEL = "borg-orchestrator.io/arena-task"
 KIND_LABEL = "borg-orchestrator.io/workload-kind"
 CLASS_LABEL = "borg-orchestrator.io/workload-class"
+LATENCY_LABEL = "borg-orchestrator.io/latency-sensitive"
+"""``"true"`` on latency-sensitive tasks' pods (the reliability agent's AGENT_RELIABILITY_LATENCY_LABEL)."""
+JOB_LABEL = "borg-orchestrator.io/job"
+"""The trace job a task belongs to (AGENT_RELIABILITY_JOB_LABEL): a task moves only while a job-mate runs."""
 KWOK_NODE = ("kwok.x-k8s.io/node", "fake")
 KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 
@@ -49,6 +53,8 @@ class LiveTask:
     memory_mib: int
     run_s: float
     """Wall-clock seconds kwok keeps its pod Running before completing it."""
+    latency_sensitive: bool = False
+    job_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class TaskRun:
     """The pod's name (the Job controller's), for ``ArenaKube.complete``."""
     uid: str = ""
     """The pod's UID: its cgroup's name on the node (``kubepods/…/pod<uid>``)."""
+    evicted: bool = False
+    """Its end was a disruption (an eviction: the DisruptionTarget condition), not the task's own."""
 
 
 def kube_scheduler_binary() -> Path:
@@ -175,13 +183,18 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def job_manifest(task: LiveTask, *, run_id: str, scheduler: str) -> dict[str, Any]:
     """A one-pod Job for ``task``: on the run's nodes only, named scheduler, completed by kwok after run_s."""
-    labels = {RUN_LABEL: run_id, TASK_LABEL: task.task_id, KIND_LABEL: task.kind, CLASS_LABEL: task.workload_class}
+    labels = {RUN_LABEL: run_id, TASK_LABEL: task.task_id, KIND_LABEL: task.kind, CLASS_LABEL: task.workload_class,
+              LATENCY_LABEL: "true" if task.latency_sensitive else "false", JOB_LABEL: task.job_id or task.task_id}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": task.task_id, "labels": labels},
         "spec": {
             "backoffLimit": 0,
+            # an evicted pod (a corrective move) is replaced by the Job controller, not counted as a failure
+            # (after its pod-failure backoff: ~10 s wall); kwok stops a deleted pod as Failed first
+            # (infra/kube/kwok/stages.yaml, pod-stop-on-delete)
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
             "ttlSecondsAfterFinished": 600,
             "template": {
                 "metadata": {"labels": labels, "annotations": {KWOK_DELAY: f"{max(task.run_s, 0.0):.3f}s"}},
@@ -304,6 +317,7 @@ class ArenaKube:
                     finished,
                     p.metadata.name,
                     p.metadata.uid or "",
+                    any(c.type == "DisruptionTarget" and c.status == "True" for c in p.status.conditions or []),
                 )
             )
         return out

@@ -52,6 +52,9 @@ import orjson
 
 from contracts.topics import Topic, topic_spec
 from loadtests.arena_live.kube import (
+    CLASS_LABEL,
+    JOB_LABEL,
+    LATENCY_LABEL,
     ArenaKube,
     LiveTask,
     TaskRun,
@@ -64,7 +67,7 @@ from services.runtime.kafka_security import kafka_client_options
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES: Final = ("kube-default", "extender", "orchestrator")
 DEFAULT_POLICIES: Final = ("kube-default", "extender")
-"""``orchestrator`` runs when asked (``--policies``): two more processes and a third pass."""
+"""``orchestrator`` runs when asked (``--policies``): four more processes and a third pass."""
 SLO_SLOWDOWN: Final = 1.25
 NODE_CPU_M: Final = 16_000
 NODE_MEMORY_MIB: Final = 64 * 1024
@@ -163,6 +166,8 @@ class Completions:
     submitted_s: dict[str, float] = field(default_factory=dict)
     finished_s: dict[str, float] = field(default_factory=dict)
     batch: set[str] = field(default_factory=set)
+    restarts: int = 0
+    lost_work_s: float = 0.0
 
     def submitted(self, task_id: str, arena_s: float, work_s: float, *, latency_sensitive: bool) -> None:
         self.work_s[task_id] = self.remaining_s[task_id] = work_s
@@ -184,6 +189,16 @@ class Completions:
 
     def finished(self, task_id: str, arena_s: float) -> None:
         self.finished_s.setdefault(task_id, arena_s)
+
+    def restart(self, task_id: str) -> float:
+        """The task's pod was replaced (moved): its work starts again; the work lost (arena seconds)."""
+        if task_id in self.finished_s or task_id not in self.remaining_s:
+            return 0.0
+        lost = self.work_s[task_id] - self.remaining_s[task_id]
+        self.remaining_s[task_id] = self.work_s[task_id]
+        self.restarts += 1
+        self.lost_work_s += lost
+        return lost
 
     def completion_inflation(self) -> float:
         """Finished batch tasks' (finish − submit) ÷ their work (NaN when none finished)."""
@@ -213,6 +228,8 @@ def live_task(arrival: Any, time_scale: float, *, stretch: bool = False) -> Live
         cpu_m=max(1, round(arrival.cpu * NODE_CPU_M)),
         memory_mib=max(1, round(arrival.memory * NODE_MEMORY_MIB)),
         run_s=nominal * FALLBACK_DELAY_FACTOR if stretch else nominal,
+        latency_sensitive=arrival.latency_sensitive,
+        job_id=f"j{arrival.job_id}",
     )
 
 
@@ -228,6 +245,25 @@ def running_pods_by_node(runs: Sequence[TaskRun], nodes: Sequence[str], by_id: d
     for r in runs:
         if r.phase == "Running" and r.node in index and r.task_id in by_id:
             out[index[r.node]].append((by_id[r.task_id], r.uid))
+    return out
+
+
+def finished_tasks(runs: Sequence[TaskRun]) -> set[str]:
+    """Tasks whose pod ended on its own: Succeeded, or Failed without being evicted (an evicted pod's Job
+    makes a replacement)."""
+    return {r.task_id for r in runs if r.phase == "Succeeded" or (r.phase == "Failed" and not r.evicted)}
+
+
+def replaced(runs: Sequence[TaskRun], pod_of_task: dict[str, str]) -> list[str]:
+    """Tasks now Running in another pod than the one last seen (a move's replacement); updates ``pod_of_task``."""
+    out = []
+    for r in runs:
+        if r.phase != "Running" or not r.uid:
+            continue
+        last = pod_of_task.get(r.task_id)
+        if last is not None and last != r.uid:
+            out.append(r.task_id)
+        pod_of_task[r.task_id] = r.uid
     return out
 
 
@@ -344,6 +380,27 @@ async def _extender_counts(port: int) -> dict[str, float]:
                 out["extender_regime_labels"] += sample.value
             elif sample.name == "borg_extender_corunner_updates_total":
                 out["extender_corunner_updates"] += sample.value
+    return out
+
+
+async def _agent_counts(port: int) -> dict[str, float]:
+    """From the reliability agent's /metrics: its interference re-plans, the nodes it knew (every pod with an
+    estimate) or not at the last one, the hot ones, and the evict proposals it made."""
+    import aiohttp
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
+        text = await r.text()
+    out = {"agent_plans": 0.0, "agent_nodes_known": 0.0, "agent_nodes_unknown": 0.0, "agent_hot_nodes": 0.0,
+           "agent_move_proposals": 0.0}
+    names = {"borg_agent_interference_plans_total": "agent_plans", "borg_agent_interference_hot_nodes":
+             "agent_hot_nodes", "borg_agent_interference_moves_total": "agent_move_proposals"}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in names:
+                out[names[sample.name]] = sample.value
+            elif sample.name == "borg_agent_interference_nodes":
+                out[f"agent_nodes_{sample.labels.get('state', '')}"] = sample.value
     return out
 
 
@@ -465,10 +522,21 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                 procs = [
                     _spawn("agent-admission", ["agent-admission"],
                            {**env, "AGENT_ADMISSION_GROUP_ID": f"{prefix}agent-admission"}, ctx.work),
-                    # per-pod pressure from the pods' cgroup counters (published with each node's NodeState)
+                    # per-pod pressure from the pods' cgroup counters (published with each node's NodeState), and
+                    # the reliability agent's interference moves on it (evict proposals for the referee)
                     _spawn("pod-pressure", ["pod-pressure"], env, ctx.work),
+                    _spawn("agent-reliability", ["agent-reliability"],
+                           {**env, "AGENT_RELIABILITY_GROUP_ID": f"{prefix}agent-reliability",
+                            "AGENT_RELIABILITY_INTERFERENCE": "true",
+                            "AGENT_RELIABILITY_KUBECONFIG": str(ctx.kubeconfig),
+                            "AGENT_RELIABILITY_CLASS_LABEL": CLASS_LABEL,
+                            "AGENT_RELIABILITY_LATENCY_LABEL": LATENCY_LABEL,
+                            "AGENT_RELIABILITY_JOB_LABEL": JOB_LABEL,
+                            "AGENT_RELIABILITY_PODS_REFRESH_S": "1"}, ctx.work),
                     _spawn("referee", ["referee"],
                            {**env, "REFEREE_MODE": "apply", "REFEREE_KUBECONFIG": str(ctx.kubeconfig),
+                            # the disruption budget (5 per 300 s) in arena time, as the offline orchestrator has it
+                            "REFEREE_DISRUPTION_WINDOW_S": f"{300.0 / size.time_scale:g}",
                             "REFEREE_GROUP_ID": f"{prefix}referee", "REFEREE_CLUSTER": name_of(run_id, policy),
                             "LOG_LEVEL": "INFO"},
                            ctx.work),
@@ -494,8 +562,10 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         cluster = ArenaCluster(size.nodes, ctx.seed, interval_ms=1000, node_names=nodes)
         headers = build_headers(NODESTATE)
 
+        reliability = next((p for p in procs if p.name == "agent-reliability"), None)
         pod_cgroups = policy == "orchestrator"
         truth: dict[str, tuple[float, ...]] = {}
+        pod_of_task: dict[str, str] = {}
 
         async def publish() -> None:
             ts_ms = int(time.time() * 1000)
@@ -547,15 +617,23 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                     pods = {r.task_id: r.pod for r in runs if r.phase == "Running"}
                     for task_id in completions.advance([(live_id(t), s) for t, s in slowed], dt_arena, arena_now):
                         await arena.complete(pods[task_id])
-                for r in runs:
-                    if r.phase in ("Succeeded", "Failed"):
-                        completions.finished(r.task_id, arena_now)
-                done = sum(1 for r in runs if r.phase in ("Succeeded", "Failed"))
+                for task_id in replaced(runs, pod_of_task):
+                    completions.restart(task_id)  # moved: its replacement starts the work again
+                finished = finished_tasks(runs)
+                for task_id in finished:
+                    completions.finished(task_id, arena_now)
+                done = len(finished)
                 if int(now - t0) % 15 == 0:
+                    agent = ""
+                    if reliability is not None:
+                        a = await _agent_counts(reliability.health)
+                        agent = (f"; agent: nodes known {a['agent_nodes_known']:.0f}/"
+                                 f"{a['agent_nodes_known'] + a['agent_nodes_unknown']:.0f}, hot "
+                                 f"{a['agent_hot_nodes']:.0f}, moves proposed {a['agent_move_proposals']:.0f}")
                     ctx.progress(
                         f"{policy}: t={arena_now:.0f}s submitted {submitted}/{len(arrivals)}, "
                         f"running {sum(len(t) for t in running.values())}, done {done}, "
-                        f"violation {ledger.violation_s:.0f} task-s"
+                        f"violation {ledger.violation_s:.0f} task-s{agent}"
                     )
                 if submitted == len(arrivals) and done == len(arrivals):
                     break
@@ -565,13 +643,17 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         runs = await arena.runs()
         out = ledger.metrics()
         out["completion_inflation"] = completions.completion_inflation()
+        out["tasks_restarted"] = float(completions.restarts)
+        out["lost_work_task_s"] = completions.lost_work_s
         if procs:
             out.update(await _extender_counts(procs[-1].health))
+        if reliability is not None:
+            out.update(await _agent_counts(reliability.health))
         if policy == "orchestrator":
             out.update(await _action_counts(ctx.bootstrap, prefix, ctx.progress))
             out.update(await _pod_pressure_scores(ctx.bootstrap, prefix, truth))
-        out["placed"] = float(sum(1 for r in runs if r.node))
-        out["unfinished"] = float(sum(1 for r in runs if r.phase not in ("Succeeded", "Failed")))
+        out["placed"] = float(len({r.task_id for r in runs if r.node}))
+        out["unfinished"] = float(len({r.task_id for r in runs} - finished_tasks(runs)))
         out["wall_s"] = time.monotonic() - started
         return out
     finally:

@@ -23,9 +23,11 @@ per-pod (cgroup) counters show it. This rule acts on that after-start knowledge:
   nodes first. The result is ``evict`` proposals (agent ``reliability``): the referee's disruption budget,
   cooldown and rate limit decide how many happen. The scheduler places the replacement.
 
-Nothing here reads the truth: what the estimates miss, the rule misses. The live system does not publish
-per-pod loads yet (the node agent reads per-cgroup counters, nothing downstream uses them): only the arena
-drives this rule today (docs/arena.md, "Moves in the orchestrator").
+Nothing here reads the truth: what the estimates miss, the rule misses. Live, the estimates are the
+``pod-pressure`` stage's (podpressure.v1, from each pod's cgroup counters) joined to the pods the Kubernetes
+API lists (:mod:`services.agents.pod_loads`), and the reliability agent runs this rule when
+``AGENT_RELIABILITY_INTERFERENCE`` is set (docs/decision_plane.md); offline, the arena's orchestrator drives it
+(docs/arena.md, "Moves in the orchestrator").
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ from typing import Final
 import numpy as np
 
 from contracts.models import AgentName, Evidence, JsonScalar, Proposal, TargetRef
+from contracts.topics import Topic
 from services.agents.proposals import Candidate, proposal_id
 from simulator.workloads import task_slowdowns
 
 AGENT: Final[AgentName] = "reliability"
-SOURCE = "pods.load"
-"""Evidence topic name of the per-pod load estimates (not a Kafka topic yet; see the module docstring)."""
+SOURCE = Topic.PODPRESSURE
+"""Evidence topic of the per-pod load estimates."""
 
 Slowdowns = Callable[[Sequence[str], np.ndarray], np.ndarray]
 """(classes, pressures (pods, 4)) → each pod's slowdown from its co-runners."""
@@ -66,6 +69,8 @@ class PodLoad:
     slowdown: float | None = None
     """Its own observed slowdown, when measured (e.g. its CPI against its job's other pods, as CPI² does);
     None: the rule predicts it from the estimated pressures."""
+    tolerations: tuple[tuple[str, str, str, str], ...] = ()
+    """(key, operator, value, effect) of each toleration, as in the pod spec ("" where unset)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,21 @@ class NodeLoad:
     free_milli_cpu: int
     free_memory: int
     schedulable: bool = True
+    taints: tuple[tuple[str, str, str], ...] = ()
+    """(key, value, effect) of each taint; a pod moves here only when it tolerates every NoSchedule and
+    NoExecute one."""
+
+
+def tolerates(pod: PodLoad, taints: Sequence[tuple[str, str, str]]) -> bool:
+    """The pod tolerates every NoSchedule / NoExecute taint (Kubernetes' matching: key, Exists or Equal value,
+    effect or any)."""
+    for key, value, effect in taints:
+        if effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any((t_key == key or (not t_key and op == "Exists")) and (op == "Exists" or t_value == value)
+                   and t_effect in ("", effect) for t_key, op, t_value, t_effect in pod.tolerations):
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +149,15 @@ def targets_for(pod: PodLoad, source: str, nodes: Sequence[NodeLoad], s: MoveSet
                 model: Slowdowns = task_slowdowns) -> int:
     """Nodes other than ``source`` with room for ``pod`` where it pushes no latency-sensitive pod over the SLO."""
     return sum(1 for n in nodes
-               if n.name != source and n.schedulable and n.free_milli_cpu >= pod.milli_cpu
+               if n.name != source and n.schedulable and tolerates(pod, n.taints) and n.free_milli_cpu >= pod.milli_cpu
                and n.free_memory >= pod.memory and not _pushes_over((*n.pods, pod), s, model))
+
+
+def hot_nodes(nodes: Sequence[NodeLoad], s: MoveSettings, model: Slowdowns = task_slowdowns) -> int:
+    """Nodes where the estimates put a latency-sensitive pod above ``slo_slowdown + margin``."""
+    return sum(1 for n in nodes if len(n.pods) >= 2 and any(
+        p.latency_sensitive and v > s.slo_slowdown + s.margin
+        for p, v in zip(n.pods, _slowdowns(n.pods, model).tolist(), strict=True)))
 
 
 def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = frozenset(),

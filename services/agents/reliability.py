@@ -1,4 +1,5 @@
-"""Agent A: replicate / scale out when failure risk or SLA pressure is high (`borgctl serve agent-reliability`)."""
+"""Agent A: replicate / scale out when failure risk or SLA pressure is high, and (opt-in) evict a pod whose
+co-runners push a latency-sensitive pod past its SLO (`borgctl serve agent-reliability`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,22 @@ from services.agents.wiring import Agent, run_agent
 from services.runtime.health import HealthServer
 from services.runtime.service import run_service
 
-INPUT_TOPICS = (RISK_TOPIC, Topic.CLUSTERSTATE, Topic.TASKEVENTS, CAPABILITIES_TOPIC)
+INPUT_TOPICS = (RISK_TOPIC, Topic.CLUSTERSTATE, Topic.TASKEVENTS, CAPABILITIES_TOPIC, Topic.PODPRESSURE)
 
 
 async def body(settings: ReliabilitySettings, stop: asyncio.Event, health: HealthServer) -> None:
     agent = Agent("reliability", settings, reliability_policy.evaluate)
-    await run_agent(agent, INPUT_TOPICS, stop, health)
+    if not settings.interference:
+        await run_agent(agent, INPUT_TOPICS, stop, health)
+        return
+    from services.agents.kube_pods import follow_cluster
+
+    follower = asyncio.create_task(follow_cluster(agent.view, settings, stop), name="follow-cluster")
+    try:
+        await run_agent(agent, INPUT_TOPICS, stop, health)
+    finally:
+        stop.set()
+        await follower
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,18 +13,33 @@ Pure: (view, settings, scope, now) → candidates.
 Deployments scaled to zero are left alone (scaled down on purpose). An out-of-range risk
 (risk.v2, ``in_range`` false) is ignored as if absent: an out-of-range task risk falls back to
 the node's risk, which counts only when it is in range itself.
+
+- ``evict`` a pod whose co-runners push a latency-sensitive pod past ``move_slo_slowdown``
+  (``AGENT_RELIABILITY_INTERFERENCE``, off by default): the rule of :mod:`services.agents.interference_policy`
+  on the pods the Kubernetes API lists joined to their podpressure.v1 estimates
+  (:mod:`services.agents.pod_loads`), re-planned at most every ``move_every_s`` when an estimate arrives.
+  A pod (a Job's pods count as one) is proposed at most once.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from prometheus_client import Counter, Gauge
+
 from contracts.base import Contract
+from services.agents import interference_policy
+from services.agents.pod_loads import PodMeta, node_loads
 from services.agents.proposals import Candidate, Cited, deployment_ref, fresh, propose, risk_probability, usable_risk
 from services.agents.settings import ReliabilitySettings
 from services.agents.view import ClusterView, DeploymentKey, Scope, Seen
 
 AGENT: Final = "reliability"
+PLANS = Counter("borg_agent_interference_plans_total", "Interference re-plans of the cluster")
+NODES = Gauge("borg_agent_interference_nodes", "Nodes at the last re-plan: known (every pod answered) or not",
+              ["state"])
+HOT = Gauge("borg_agent_interference_hot_nodes", "Known nodes where a latency-sensitive pod is predicted over the SLO")
+MOVES = Counter("borg_agent_interference_moves_total", "Interference evict proposals made")
 
 
 def evaluate(view: ClusterView, s: ReliabilitySettings, scope: Scope, now_ms: int) -> list[Candidate]:
@@ -34,6 +49,41 @@ def evaluate(view: ClusterView, s: ReliabilitySettings, scope: Scope, now_ms: in
         if seen is None or not fresh(seen, now_ms, s.max_input_age_s):
             continue
         out.extend(_for_deployment(view, s, key, seen, now_ms))
+    if s.interference and scope.nodes:
+        out.extend(interference_moves(view, s, now_ms))
+    return out
+
+
+def move_identity(pod: PodMeta) -> str:
+    """What a move is remembered by: a Job's replacement pod is the same task (never moved twice)."""
+    return pod.owner if pod.owner.split("/", 1)[-1].startswith("Job/") else pod.key
+
+
+def interference_moves(view: ClusterView, s: ReliabilitySettings, now_ms: int) -> list[Candidate]:
+    """``evict`` proposals from the interference rule, at most once per ``move_every_s``."""
+    if view.kube_listed_ms is None or now_ms - view.moves_planned_ms < s.move_every_s * 1000:
+        return []
+    view.moves_planned_ms = now_ms
+    estimates = {uid: seen.value for uid, seen in view.pod_pressure.items()}
+    loads = node_loads(view.kube_pods, view.kube_nodes, estimates, now_ms, s.pressure_max_age_s)
+    settings = interference_policy.MoveSettings(slo_slowdown=s.move_slo_slowdown, min_age_s=s.move_min_age_s,
+                                                max_per_round=s.move_max_per_round, score=s.move_score)
+    by_key = {p.key: p for p in view.kube_pods}
+    moved = frozenset(k for k, p in by_key.items() if move_identity(p) in view.moved)
+    moves = interference_policy.plan(loads, settings, moved)
+    PLANS.inc()
+    NODES.labels("known").set(len(loads))
+    NODES.labels("unknown").set(len(view.kube_nodes) - len(loads))
+    HOT.set(interference_policy.hot_nodes(loads, settings))
+    MOVES.inc(len(moves))
+    out: list[Candidate] = []
+    for move, candidate in zip(moves, interference_policy.proposals(moves, settings, now_ms), strict=True):
+        pod = by_key[move.pod.key]
+        view.moved[move_identity(pod)] = now_ms
+        while len(view.moved) > s.max_tasks:
+            view.moved.pop(next(iter(view.moved)))
+        seen = view.pod_pressure.get(pod.uid)
+        out.append(Candidate(proposal=candidate.proposal, sources=(seen,) if seen is not None else ()))
     return out
 
 

@@ -33,6 +33,24 @@ class ReliabilitySettings(AgentSettings):
     risk_horizon_s: int | None = Field(default=None, description="Horizon to read; None = max over horizons")
     sla_ready_ratio: float = Field(default=0.8, gt=0.0, le=1.0, description="ready/desired below this = SLA pressure")
     max_step: int = Field(default=2, ge=1, description="Replicas added by one proposal at most")
+    # corrective moves on per-pod pressure (podpressure.v1 + the Kubernetes API): off unless asked for
+    interference: bool = Field(default=False, description="Propose evicting a pod whose co-runners push a "
+                               "latency-sensitive pod past move_slo_slowdown (needs the Kubernetes API)")
+    kubeconfig: str | None = Field(default=None, description="Kubeconfig for the pod/node lists (interference); "
+                                   "default $KUBECONFIG, ~/.kube/config, else the pod's ServiceAccount")
+    pods_refresh_s: float = Field(default=5.0, gt=0.0, le=3600.0, description="Pods and nodes re-listed this often")
+    pressure_max_age_s: float = Field(default=30.0, gt=0.0, description="A pod's estimate older than this is missing")
+    class_label: str = Field(default="borg-orchestrator.io/workload-class", min_length=1,
+                             description="Pod label naming its workload class (the interference model's classes)")
+    latency_label: str = Field(default="borg-orchestrator.io/latency-sensitive", min_length=1,
+                               description="Pod label that is \"true\" on latency-sensitive pods")
+    job_label: str | None = Field(default=None, description="Pod label naming its job (default: its controller)")
+    move_slo_slowdown: float = Field(default=1.25, gt=1.0, description="Predicted slowdown a latency-sensitive pod "
+                                     "may not exceed")
+    move_min_age_s: float = Field(default=10.0, ge=0.0, description="Only pods running at least this long move")
+    move_max_per_round: int = Field(default=1, ge=1, description="Evict proposals per evaluation at most")
+    move_score: float = Field(default=0.8, ge=0.0, le=1.0, description="Score of an interference evict proposal")
+    move_every_s: float = Field(default=2.0, ge=0.0, description="The cluster is re-planned at most this often")
 
 
 class EfficiencySettings(AgentSettings):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from opentelemetry.trace import SpanContext
 
@@ -21,9 +21,13 @@ from contracts.models import (
     FailureRiskV2,
     LoadForecast,
     NodeState,
+    PodPressure,
     RegimeLabelV2,
     TaskEvent,
 )
+
+if TYPE_CHECKING:
+    from services.agents.pod_loads import NodeMeta, PodMeta
 
 M = TypeVar("M", bound=Contract, covariant=True)
 DeploymentKey = tuple[str, str]  # (namespace, name)
@@ -90,6 +94,16 @@ class ClusterView:
         self.clusters: dict[str | None, Seen[ClusterState]] = {}  # by namespace, None = cluster-wide
         self.deployments: dict[DeploymentKey, Seen[DeploymentState]] = {}
         self.tasks: OrderedDict[str, TaskInfo] = OrderedDict()
+        # per-pod pressure (podpressure.v1) by pod UID, ``unknown`` included (it replaces an older answer)
+        self.pod_pressure: OrderedDict[str, Seen[PodPressure]] = OrderedDict()
+        # the pods and nodes as the Kubernetes API last listed them (``kube_pods``; interference moves only)
+        self.kube_pods: tuple[PodMeta, ...] = ()
+        self.kube_nodes: tuple[NodeMeta, ...] = ()
+        self.kube_listed_ms: int | None = None
+        self.moved: dict[str, int] = {}
+        """Pods (a Job's by the Job, others by their key) an interference move was proposed for, and when
+        (ms): never again (oldest forgotten past ``max_tasks``)."""
+        self.moves_planned_ms = 0
         self._on_node: dict[str, set[str]] = {}
         self._of_deployment: dict[DeploymentKey, set[str]] = {}
 
@@ -137,6 +151,12 @@ class ClusterView:
                 return self._node_scope(value.target)
             self.task_risk[value.target] = seen
             return self._task_scope(value.target)
+        if isinstance(value, PodPressure):
+            self.pod_pressure[value.pod_uid] = Seen(value, topic, key, value.ts_ms, value.input_ts_ms, span)
+            self.pod_pressure.move_to_end(value.pod_uid)
+            while len(self.pod_pressure) > self.max_tasks:
+                self.pod_pressure.popitem(last=False)
+            return Scope(nodes={value.node})
         if isinstance(value, TaskEvent):
             return self._task_event(Seen(value, topic, key, value.ts_ms, value.ts_ms, span))
         if isinstance(value, ClusterState):

@@ -1,12 +1,14 @@
 """Kubernetes resource quantities ("100m", "1.5", "128Mi", "1G", "1e3") as numbers.
 
-Pure (no kubernetes_asyncio): shared by the cluster watcher and the referee.
+Pure (no kubernetes_asyncio): shared by the cluster watcher, the referee, the extender and the agents.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 _SUFFIX: dict[str, Decimal] = {
     "": Decimal(1),
@@ -48,3 +50,35 @@ def parse_quantity(value: str | int | float) -> float:
 def format_mib(value_bytes: float) -> str:
     """Bytes as a whole number of MiB ("96Mi"), at least 1Mi."""
     return f"{max(1, int(value_bytes // MIB))}Mi"
+
+
+def quantity_of(requests: Any, name: str, scale: float) -> int:
+    """``requests[name]`` × ``scale`` as an int (0 when absent or unreadable)."""
+    if not isinstance(requests, Mapping) or name not in requests:
+        return 0
+    try:
+        return round(parse_quantity(requests[name]) * scale)
+    except (TypeError, ValueError):
+        return 0  # a request the API server accepted but we cannot read counts as unset
+
+
+def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """(milli-CPU, memory bytes) the scheduler reserves for the pod (0 = unset)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return 0, 0
+
+    def total(containers: Any) -> list[tuple[int, int]]:
+        out = []
+        for c in containers if isinstance(containers, list) else ():
+            resources = c.get("resources") if isinstance(c, Mapping) else None
+            requests = resources.get("requests") if isinstance(resources, Mapping) else None
+            out.append((quantity_of(requests, "cpu", 1000), quantity_of(requests, "memory", 1)))
+        return out
+
+    app = total(spec.get("containers"))
+    init = total(spec.get("initContainers"))
+    cpu = max(sum(c for c, _ in app), max((c for c, _ in init), default=0))
+    mem = max(sum(m for _, m in app), max((m for _, m in init), default=0))
+    overhead = spec.get("overhead")
+    return cpu + quantity_of(overhead, "cpu", 1000), mem + quantity_of(overhead, "memory", 1)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import orjson
 
 from contracts.models import WORKLOAD_CLASSES
-from services.scheduler_extender.podindex import pod_requests
+from services.runtime.k8s_quantity import pod_requests
 from services.scheduler_extender.scoring import CLASS_INDEX, NodeCard
 from services.scheduler_extender.state import NodeStateStore, PackedCard
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from featurelib.placement import CLASS_INDEX
-from services.runtime.k8s_quantity import parse_quantity
+from services.runtime.k8s_quantity import pod_requests, quantity_of
 
 Obj = Mapping[str, Any]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -37,37 +37,6 @@ class PodEntry(NamedTuple):
     milli_cpu: int
     memory: int
     class_index: int
-
-
-def _quantity(requests: Any, name: str, scale: float) -> int:
-    if not isinstance(requests, Mapping) or name not in requests:
-        return 0
-    try:
-        return round(parse_quantity(requests[name]) * scale)
-    except (TypeError, ValueError):
-        return 0  # a request the API server accepted but we cannot read counts as unset
-
-
-def pod_requests(pod: Obj) -> tuple[int, int]:
-    """(milli-CPU, memory bytes) the scheduler reserves for the pod (0 = unset)."""
-    spec = pod.get("spec")
-    if not isinstance(spec, Mapping):
-        return 0, 0
-
-    def total(containers: Any) -> list[tuple[int, int]]:
-        out = []
-        for c in containers if isinstance(containers, list) else ():
-            resources = c.get("resources") if isinstance(c, Mapping) else None
-            requests = resources.get("requests") if isinstance(resources, Mapping) else None
-            out.append((_quantity(requests, "cpu", 1000), _quantity(requests, "memory", 1)))
-        return out
-
-    app = total(spec.get("containers"))
-    init = total(spec.get("initContainers"))
-    cpu = max(sum(c for c, _ in app), max((c for c, _ in init), default=0))
-    mem = max(sum(m for _, m in app), max((m for _, m in init), default=0))
-    overhead = spec.get("overhead")
-    return cpu + _quantity(overhead, "cpu", 1000), mem + _quantity(overhead, "memory", 1)
 
 
 def pod_class_index(pod: Obj, class_key: str, default_class: str) -> int:
@@ -118,7 +87,7 @@ class PodIndex:
             self._allocatable.pop(name, None)
         else:
             alloc = (node.get("status") or {}).get("allocatable") or {}
-            cpu, mem = _quantity(alloc, "cpu", 1000), _quantity(alloc, "memory", 1)
+            cpu, mem = quantity_of(alloc, "cpu", 1000), quantity_of(alloc, "memory", 1)
             if cpu > 0 and mem > 0:
                 self._allocatable[name] = (cpu, mem)
             else:

@@ -75,13 +75,13 @@ from services.cluster_watcher.model import queue_health
 from services.cluster_watcher.settings import WatcherSettings
 from services.referee.policy import RefereeState, resolve, settle
 from services.referee.settings import RefereeSettings
-from services.scheduler_extender.corunner import CLASS_PRESSURE_GUESS, load_harm
+from services.scheduler_extender.corunner import load_harm
 from services.scheduler_extender.scoring import NodeCard, RegimeIn, ScoringConfig, score_with_penalty
 from simulator.arena.arrivals import Arrival
 from simulator.arena.aware import EXTENDER_SCALE, EXTENDER_WEIGHT, ArenaView, ExtenderPolicy, TaskPod
 from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
 from simulator.cluster import node_specs_for, workload_rates
-from simulator.workloads import CLASS_INDEX
+from simulator.workloads import CLASS_INDEX, CLASS_PRESSURE_GUESS
 from training.pod_pressure import pod_counts, train
 
 if TYPE_CHECKING:
@@ -222,7 +222,8 @@ class PodEstimates:
     clipped to [0, 1], drawn once per task (a persistent per-pod error, not one that averages away); or, with a
     :class:`CounterEstimator`, what a regressor reads from the pod's simulated counters in that window. Until then,
     and for a pod never seen, the guess is its class's mean over the regime model's training kinds
-    (``corunner.CLASS_PRESSURE_GUESS``). A re-queued task keeps its estimate (its replacement is the same work).
+    (``simulator.workloads.CLASS_PRESSURE_GUESS``). A re-queued task keeps its estimate (its replacement is the
+    same work).
     """
 
     def __init__(self, noise: float, seed: int, min_age_s: float, counters: CounterEstimator | None = None) -> None:

@@ -36,7 +36,7 @@ DEPLOY = ROOT / "deploy"
 KUBE_SH = ROOT / "infra" / "kube" / "kube.sh"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
 OPTIONAL_COMPONENTS = ["node-agent-sys-admin", "node-agent-unprivileged", "referee-apply", "extender-learned-shadow",
-                       "extender-corunner"]
+                       "extender-corunner", "agent-interference"]
 SCHEDULER_CONFIG = DEPLOY / "scheduler-extender" / "kube-scheduler-config.yaml"
 NAMESPACES = ("borg-system", "borg-node")
 POLICY = "borg-node-agent-least-privilege"
@@ -199,6 +199,15 @@ def test_optional_component_is_accepted_by_the_api_server(
     roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("borg-scheduler-ext")]
     watch = [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]}]
     assert [r["rules"] for r in roles] == ([watch] if learned or corunner else [])
+    (reliability,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "agent-reliability"]
+    spec = reliability["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    interference = component == "agent-interference"
+    assert (env.get("AGENT_RELIABILITY_INTERFERENCE"), spec["automountServiceAccountToken"]) == (
+        ("true", True) if interference else (None, False))
+    roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("borg-agent-reliab")]
+    lists = [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list"]}]
+    assert [r["rules"] for r in roles] == ([lists] if interference else [])
 
 
 def test_every_borg_system_pod_meets_the_restricted_pod_security_level(

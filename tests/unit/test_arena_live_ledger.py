@@ -7,8 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from loadtests.arena_live.kube import TaskRun, job_manifest
-from loadtests.arena_live.run import FALLBACK_DELAY_FACTOR, Completions, Ledger, live_task, running_by_node
+from loadtests.arena_live.kube import CLASS_LABEL, JOB_LABEL, LATENCY_LABEL, TaskRun, job_manifest
+from loadtests.arena_live.run import (
+    FALLBACK_DELAY_FACTOR,
+    Completions,
+    Ledger,
+    finished_tasks,
+    live_task,
+    replaced,
+    running_by_node,
+)
 from simulator.workloads import KINDS, task_slowdowns
 
 
@@ -24,6 +32,7 @@ class T:
     cpu: float
     memory: float = 0.01
     work_s: float = 100.0
+    job_id: int = 42
 
     @property
     def pressure(self) -> tuple[float, ...]:
@@ -74,6 +83,30 @@ def test_live_tasks_run_for_their_compressed_work_on_the_runs_nodes() -> None:
     assert pod["spec"]["schedulerName"] == "arena-r1-kube-default"
     assert pod["spec"]["nodeSelector"] == {"borg-orchestrator.io/arena-run": "r1"}
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2000m", "memory": "4096Mi"}
+    labels = pod["metadata"]["labels"]
+    assert (labels[LATENCY_LABEL], labels[JOB_LABEL], labels[CLASS_LABEL]) == ("false", "j42", "cpu_bound")
+    # an evicted pod is replaced, not counted against backoffLimit 0 (the agent's moves)
+    assert job["spec"]["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+
+
+def test_a_moved_task_restarts_its_work_and_only_its_own_end_finishes_it() -> None:
+    runs = [TaskRun("t1", "n0", "Running", 1.0, None, "t1-a", "uid-a"),
+            TaskRun("t2", "n0", "Running", 1.0, None, "t2-a", "uid-b")]
+    seen: dict[str, str] = {}
+    assert replaced(runs, seen) == [] and seen == {"t1": "uid-a", "t2": "uid-b"}
+    moved = [TaskRun("t1", "n0", "Failed", 1.0, 3.0, "t1-a", "uid-a", evicted=True),
+             TaskRun("t1", "n1", "Running", 4.0, None, "t1-b", "uid-c"),
+             TaskRun("t2", "n0", "Failed", 1.0, 5.0, "t2-a", "uid-b")]
+    assert replaced(moved, seen) == ["t1"] and seen["t1"] == "uid-c"
+    assert finished_tasks(moved) == {"t2"}  # t1's evicted pod does not end t1
+    c = Completions()
+    c.submitted("t1", 0.0, 100.0, latency_sensitive=False)
+    c.advance([("t1", 2.0)], 60.0, 60.0)
+    assert c.restart("t1") == pytest.approx(30.0) and c.remaining_s["t1"] == 100.0
+    assert c.restarts == 1 and c.lost_work_s == pytest.approx(30.0)
+    c.finished("t1", 200.0)
+    assert c.restart("t1") == 0.0 and c.restarts == 1  # a finished task is not restarted
 
 
 def test_running_by_node_keeps_running_pods_on_known_nodes_only() -> None:

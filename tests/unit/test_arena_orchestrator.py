@@ -218,8 +218,8 @@ def test_moves_take_the_slowed_pods_to_a_quiet_node() -> None:
 
 
 def test_pod_estimates_measure_once_after_a_window_and_guess_the_class_before() -> None:
-    from services.scheduler_extender.corunner import CLASS_PRESSURE_GUESS
     from simulator.arena.orchestrator import PodEstimates
+    from simulator.workloads import CLASS_PRESSURE_GUESS
 
     arena, _ = _crowded(moves=False)
     arena._place(0.0, deque(arena.arrivals))  # every task starts on node 0 at t = 0

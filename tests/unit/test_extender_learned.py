@@ -14,11 +14,12 @@ import pytest
 
 from contracts.models import WORKLOAD_CLASSES, RegimeLabelV2, RegimeName
 from featurelib.placement import CARD_FILE, TABLE_FILE, PlacementModel
+from services.runtime.k8s_quantity import pod_requests
 from services.runtime.model_watch import ModelRefusedError, ModelWatcher
 from services.scheduler_extender.extender import Extender
 from services.scheduler_extender.learned import LearnedScorer, PodIn, decide, learned_scores
 from services.scheduler_extender.main import load_placement
-from services.scheduler_extender.podindex import NodePods, PodIndex, pod_requests
+from services.scheduler_extender.podindex import NodePods, PodIndex
 from services.scheduler_extender.scoring import RegimeIn, ScoringConfig
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
 from services.scheduler_extender.shadow import SHADOW_DECISIONS, Shadow, drain

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler_extender.corunner import CLASS_PRESSURE_GUESS, load_harm
+from services.scheduler_extender.corunner import load_harm
 from services.scheduler_extender.scoring import CLASS_INDEX, NodeInputs, ScoringConfig, evaluate, score_with_penalty
+from simulator.workloads import CLASS_PRESSURE_GUESS
 from training.corunner import ROOT, pressure_guess, train_kinds
 
 CPU, LLC, MEM = (CLASS_INDEX[c] for c in ("cpu_bound", "llc_sensitive", "memory_bound"))

@@ -1,0 +1,52 @@
+"""The reliability agent's view of the cluster's pods and nodes for interference moves (I/O).
+
+Every ``AGENT_RELIABILITY_PODS_REFRESH_S`` it lists the bound, non-terminal pods of every namespace and the
+nodes (paginated JSON, no model classes) and puts them in the agent's ``ClusterView`` (``kube_pods``,
+``kube_nodes``, ``kube_listed_ms``). A list that fails keeps the previous one and is logged; until the first
+list succeeds the rule proposes nothing. Needs ``get``/``list`` on pods and nodes (deploy/base/agents).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.agents.pod_loads import PodLabels, node_meta, pod_meta
+from services.agents.settings import ReliabilitySettings
+from services.agents.view import ClusterView
+from services.runtime.kube_client import GoneError, api_client, list_objects
+
+log = logging.getLogger(__name__)
+BOUND_AND_LIVE = [("fieldSelector", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")]
+
+
+async def follow_cluster(view: ClusterView, settings: ReliabilitySettings, stop: asyncio.Event) -> None:
+    """List pods and nodes into ``view`` until ``stop`` is set."""
+    api = await api_client(settings.kubeconfig)
+    labels = PodLabels(settings.class_label, settings.latency_label, settings.job_label)
+    failing = False
+    try:
+        while not stop.is_set():
+            try:
+                pods, _ = await list_objects(api, "/api/v1/pods", BOUND_AND_LIVE)
+                nodes, _ = await list_objects(api, "/api/v1/nodes", [])
+                view.kube_pods = tuple(m for p in pods if (m := pod_meta(p, labels)) is not None)
+                view.kube_nodes = tuple(k for n in nodes if (k := node_meta(n)) is not None)
+                view.kube_listed_ms = int(time.time() * 1000)
+                if failing:
+                    log.info("pods and nodes listed again (%d pods, %d nodes)", len(view.kube_pods),
+                             len(view.kube_nodes))
+                failing = False
+            except (ApiException, GoneError, aiohttp.ClientError, TimeoutError) as exc:
+                if not failing:
+                    log.warning("listing pods and nodes failed (%s): interference moves use the last list", exc)
+                failing = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), settings.pods_refresh_s)
+    finally:
+        await api.close()
