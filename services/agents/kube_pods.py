@@ -3,7 +3,8 @@
 Every ``AGENT_RELIABILITY_PODS_REFRESH_S`` it lists the bound, non-terminal pods of every namespace and the
 nodes (paginated JSON, no model classes) and puts them in the agent's ``ClusterView`` (``kube_pods``,
 ``kube_nodes``, ``kube_listed_ms``). A list that fails keeps the previous one and is logged; until the first
-list succeeds the rule proposes nothing. Needs ``get``/``list`` on pods and nodes (deploy/base/agents).
+list succeeds, and once the last success is older than ``AGENT_RELIABILITY_PRESSURE_MAX_AGE_S``, the rule
+proposes nothing. Needs ``list`` on pods and nodes (deploy/components/agent-interference).
 """
 
 from __future__ import annotations
@@ -14,20 +15,21 @@ import logging
 import time
 
 import aiohttp
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.agents.pod_loads import PodLabels, node_meta, pod_meta
 from services.agents.settings import ReliabilitySettings
 from services.agents.view import ClusterView
-from services.runtime.kube_client import GoneError, api_client, list_objects
+from services.runtime.kube_client import GoneError, list_objects
 
 log = logging.getLogger(__name__)
 BOUND_AND_LIVE = [("fieldSelector", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")]
 
 
-async def follow_cluster(view: ClusterView, settings: ReliabilitySettings, stop: asyncio.Event) -> None:
-    """List pods and nodes into ``view`` until ``stop`` is set."""
-    api = await api_client(settings.kubeconfig)
+async def follow_cluster(api: client.ApiClient, view: ClusterView, settings: ReliabilitySettings,
+                         stop: asyncio.Event) -> None:
+    """List pods and nodes into ``view`` until ``stop`` is set (then closes ``api``)."""
     labels = PodLabels(settings.class_label, settings.latency_label, settings.job_label)
     failing = False
     try:

@@ -21,8 +21,10 @@ async def body(settings: ReliabilitySettings, stop: asyncio.Event, health: Healt
         await run_agent(agent, INPUT_TOPICS, stop, health)
         return
     from services.agents.kube_pods import follow_cluster
+    from services.runtime.kube_client import api_client
 
-    follower = asyncio.create_task(follow_cluster(agent.view, settings, stop), name="follow-cluster")
+    api = await api_client(settings.kubeconfig)  # no usable kubeconfig: exit 2 at start-up, named
+    follower = asyncio.create_task(follow_cluster(api, agent.view, settings, stop), name="follow-cluster")
     try:
         await run_agent(agent, INPUT_TOPICS, stop, health)
     finally:

@@ -1,6 +1,7 @@
 """Agent A, reliability: add replicas where failure risk or SLA pressure is high.
 
-Pure: (view, settings, scope, now) → candidates.
+Pure: (view, settings, scope, now) → candidates — except that the interference moves note in the view when
+they last re-planned and which pods they proposed (``moves_planned_ms``, ``moved``).
 
 - ``replicate`` a Deployment when some of its running tasks are at risk: the task's own
   failure probability, or the risk of the node it runs on, is at least
@@ -61,8 +62,9 @@ def move_identity(pod: PodMeta) -> str:
 
 def interference_moves(view: ClusterView, s: ReliabilitySettings, now_ms: int) -> list[Candidate]:
     """``evict`` proposals from the interference rule, at most once per ``move_every_s``."""
-    if view.kube_listed_ms is None or now_ms - view.moves_planned_ms < s.move_every_s * 1000:
-        return []
+    if (view.kube_listed_ms is None or now_ms - view.kube_listed_ms > s.pressure_max_age_s * 1000
+            or now_ms - view.moves_planned_ms < s.move_every_s * 1000):
+        return []  # no pod list, or one too old to trust (the API server unreachable), or planned just now
     view.moves_planned_ms = now_ms
     estimates = {uid: seen.value for uid, seen in view.pod_pressure.items()}
     loads = node_loads(view.kube_pods, view.kube_nodes, estimates, now_ms, s.pressure_max_age_s)

@@ -8,7 +8,6 @@ keeps serving).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -17,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from featurelib.load_features import N_LOAD_FEATURES, load_feature_schema_hash
-from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card
+from services.runtime.model_watch import ModelRefusedError, checked_file, onnx_session, read_card
 
 KIND: Final = "load-forecast"
 RESOURCES: Final = {"cpu": "cpu", "mem": "memory"}
@@ -64,11 +63,7 @@ def load_forecast_model(version_dir: Path) -> ForecastModel:
         raise ModelRefusedError(f"{version_dir}: the model card lists no serving files")
     heads: list[Head] = []
     for name, spec in files.items():
-        path = version_dir / name
-        if not path.is_file():
-            raise ModelRefusedError(f"{path}: listed in the model card but missing")
-        if digests.get(name) != hashlib.sha256(path.read_bytes()).hexdigest():
-            raise ModelRefusedError(f"{path}: sha256 differs from the model card (partial copy?)")
+        path = checked_file(version_dir, name, digests.get(name))
         resource = RESOURCES.get(str(spec.get("resource")))
         if resource is None:
             raise ModelRefusedError(f"{path}: unknown resource {spec.get('resource')!r}")

@@ -8,7 +8,6 @@ else the version is refused (at start-up: exit 2; on reload: the old one keeps s
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -17,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from featurelib.pod import EXTENDED_EVENTS, EXTENDED_FEATURES, pod_feature_schema_hash
-from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card
+from services.runtime.model_watch import ModelRefusedError, checked_file, onnx_session, read_card
 
 KIND: Final = "pod-pressure"
 RESOURCES: Final = ("llc", "membw", "core", "frontend")
@@ -61,11 +60,7 @@ def load_pod_pressure_model(version_dir: Path) -> PodPressureModel:
     digests: dict[str, str] = card.get("sha256") or {}
     by_resource: dict[str, ort.InferenceSession] = {}
     for name, spec in files.items():
-        path = version_dir / name
-        if not path.is_file():
-            raise ModelRefusedError(f"{path}: listed in the model card but missing")
-        if digests.get(name) != hashlib.sha256(path.read_bytes()).hexdigest():
-            raise ModelRefusedError(f"{path}: sha256 differs from the model card (partial copy?)")
+        path = checked_file(version_dir, name, digests.get(name))
         by_resource[str(spec.get("resource"))] = onnx_session(path)
     if sorted(by_resource) != sorted(RESOURCES):
         raise ModelRefusedError(f"{version_dir}: needs one file per resource {RESOURCES}, got {sorted(by_resource)}")

@@ -1,4 +1,4 @@
-"""Start-up shared by the model stages (regime, anomaly, risk, forecast, drift).
+"""Start-up shared by the model stages (regime, anomaly, risk, forecast, pod-pressure, drift).
 
 Each stage's ``main.py`` keeps what differs (which models it watches, what it restores before
 consuming); this module holds the rest: a hot-swapped model, an optional progressive rollout

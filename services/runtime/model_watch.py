@@ -75,13 +75,19 @@ def read_card(version_dir: Path, *, kind: str, schema_hash: str, schema_field: s
     return card
 
 
+def checked_file(version_dir: Path, name: str, digest: str | None) -> Path:
+    """``version_dir/name``, present and with the sha256 the model card lists (else the version is refused)."""
+    path = version_dir / name
+    if not path.is_file():
+        raise ModelRefusedError(f"{path}: listed in the model card but missing")
+    if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+        raise ModelRefusedError(f"{path}: sha256 differs from the model card (partial copy?)")
+    return path
+
+
 def verify_sha256(version_dir: Path, card: dict[str, Any]) -> None:
     for name, digest in ((card.get("onnx") or {}).get("sha256") or {}).items():
-        path = version_dir / name
-        if not path.is_file():
-            raise ModelRefusedError(f"{path}: listed in the model card but missing")
-        if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
-            raise ModelRefusedError(f"{path}: sha256 differs from the model card (partial copy?)")
+        checked_file(version_dir, name, digest)
 
 
 def onnx_session(path: Path) -> ort.InferenceSession:

@@ -156,3 +156,7 @@ def test_the_agent_proposes_evicting_the_hog_once_and_only_when_asked() -> None:
     unlisted = agent_view(now)
     unlisted.kube_listed_ms = None
     assert evaluate(unlisted, settings, Scope(nodes={"a"}), now) == []
+    outdated = agent_view(now)
+    outdated.kube_listed_ms = now - 31_000  # the API server unreachable for longer than an estimate lives
+    assert evaluate(outdated, settings, Scope(nodes={"a"}), now) == []
+    assert len(evaluate(agent_view(now - 29_000), settings, Scope(nodes={"a"}), now)) == 1
