@@ -17,7 +17,7 @@ the **held-out kinds** (never fitted on):
 ``borgctl train pod-pressure [--out models/pod_pressure] [--quick]`` trains the extended-events model the same
 way, measures it on the held-out kinds, exports one ONNX regressor per resource (parity-checked) with the
 training features' input ranges (outside them the stage answers ``unknown``), writes the model card and points
-``CURRENT`` at it: what the ``pod-pressure`` stage serves (docs/decision_plane.md, "Per-pod pressure").
+``CURRENT`` at it: what the ``pod-pressure`` stage serves (docs/decision_plane.md, "Interference moves").
 
 Reported (JSON with ``--out``): per resource, the error on held-out kinds — mean absolute error of the pressure,
 of the *excess* over the free 0.25 (what the interference model reads), and the log-ratio spread σ where the true
@@ -27,6 +27,7 @@ pressure exceeds 0.25 (comparable with the arena's ``--pod-pressure-noise``) —
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -204,7 +205,11 @@ def train_and_save(args: argparse.Namespace, progress: Any, *, command: str) -> 
     test = sample(max(1_000, pods // 4), held, train_kinds + held, args.seed + 1, True)
     same = sample(max(1_000, pods // 4), train_kinds, train_kinds + held, args.seed + 2, True)
     out_dir.mkdir(parents=True)
-    files = export(model, test.x[:2_000], out_dir, version)
+    try:
+        files = export(model, test.x[:2_000], out_dir, version)
+    except Exception:
+        shutil.rmtree(out_dir, ignore_errors=True)  # no half-written version beside the good ones
+        raise
     card: dict[str, Any] = {
         "model": KIND, "kind": KIND, "version": version, "command": command,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

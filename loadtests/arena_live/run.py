@@ -258,7 +258,7 @@ def replaced(runs: Sequence[TaskRun], pod_of_task: dict[str, str]) -> list[str]:
     """Tasks now Running in another pod than the one last seen (a move's replacement); updates ``pod_of_task``."""
     out = []
     for r in runs:
-        if r.phase != "Running" or not r.uid:
+        if r.phase != "Running" or not r.uid or r.evicted:  # an evicted pod still stopping is not the task's now
             continue
         last = pod_of_task.get(r.task_id)
         if last is not None and last != r.uid:

@@ -99,6 +99,8 @@ def test_a_moved_task_restarts_its_work_and_only_its_own_end_finishes_it() -> No
              TaskRun("t1", "n1", "Running", 4.0, None, "t1-b", "uid-c"),
              TaskRun("t2", "n0", "Failed", 1.0, 5.0, "t2-a", "uid-b")]
     assert replaced(moved, seen) == ["t1"] and seen["t1"] == "uid-c"
+    stopping = [TaskRun("t1", "n0", "Running", 1.0, None, "t1-a", "uid-a", evicted=True), moved[1]]
+    assert replaced(stopping, seen) == [] and seen["t1"] == "uid-c"  # the old pod, still stopping, is not news
     assert finished_tasks(moved) == {"t2"}  # t1's evicted pod does not end t1
     c = Completions()
     c.submitted("t1", 0.0, 100.0, latency_sensitive=False)

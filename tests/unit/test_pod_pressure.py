@@ -198,3 +198,19 @@ def test_live_scores_compare_estimates_with_the_truth() -> None:
     assert out["pod_pressure_llc_log_sigma"] == pytest.approx(1.0)  # only pod a is above the free 0.25
     assert out["pod_pressure_core_log_sigma"] == pytest.approx(0.0)
     assert "pod_pressure_membw_log_sigma" not in out  # no pod presses membw beyond 0.25
+
+
+def test_train_pod_pressure_writes_a_version_the_stage_loads(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from training.pod_pressure import train_pod_pressure
+
+    assert train_pod_pressure(["--out", str(tmp_path), "--quick", "--quiet", "--version", "v1"]) == 0
+    assert (tmp_path / "CURRENT").read_text().strip() == "v1"
+    served = load_pod_pressure_model(tmp_path / "v1")
+    card = served.card
+    assert card["data"]["pods"] == 4_000 and set(card["evaluation"]["heldout_kinds"]) == set(RESOURCES)
+    assert all(card["evaluation"]["heldout_kinds"][r]["mae"] < 0.2 for r in RESOURCES)
+    assert train_pod_pressure(["--out", str(tmp_path), "--quick", "--quiet", "--version", "v1"]) == 2
+    assert train_pod_pressure(["--out", str(tmp_path), "--pods", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "v1 exists" in err and "--pods must be at least 100, got 5" in err
