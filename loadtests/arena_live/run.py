@@ -270,23 +270,23 @@ def replaced(runs: Sequence[TaskRun], pod_of_task: dict[str, str]) -> list[str]:
 def score_pod_pressure(records: Sequence[Any], truth: dict[str, tuple[float, ...]]) -> dict[str, float]:
     """The live estimates (PodPressure records) against each pod's true pressure: record counts, the share
     answered, and per resource the mean absolute error and the log-ratio spread where the truth exceeds the
-    free pressure (``training.pod_pressure.errors``' definitions, comparable with the offline figures)."""
-    from simulator.workloads import FREE_PRESSURE, RESOURCES
+    free pressure (``training.pod_pressure.errors``, the offline figures' definitions)."""
+    from simulator.workloads import RESOURCES
+    from training.pod_pressure import errors
 
     known = [r for r in records if r.pod_uid in truth]
     ok = [r for r in known if r.status == "ok"]
     out: dict[str, float] = {"pod_pressure_records": float(len(records)),
                              "pod_pressure_pods": float(len({r.pod_uid for r in known})),
                              "pod_pressure_answered": len(ok) / len(known) if known else 0.0}
-    for name in RESOURCES:
-        pred = np.array([getattr(r, name) for r in ok], dtype=np.float64)
-        true = np.array([truth[r.pod_uid][RESOURCES.index(name)] for r in ok], dtype=np.float64)
-        hot = true > FREE_PRESSURE
-        ratio = np.log(np.maximum(pred[hot], 1e-3) / true[hot])
-        if len(ok):
-            out[f"pod_pressure_{name}_mae"] = float(np.abs(pred - true).mean())
-        if ratio.size:
-            out[f"pod_pressure_{name}_log_sigma"] = float(np.sqrt((ratio ** 2).mean()))
+    if not ok:
+        return out
+    pred = np.array([[getattr(r, name) for name in RESOURCES] for r in ok], dtype=np.float64)
+    true = np.array([truth[r.pod_uid] for r in ok], dtype=np.float64)
+    for name, e in errors(pred, true).items():
+        out[f"pod_pressure_{name}_mae"] = e["mae"]
+        if e["hot_share"] > 0:
+            out[f"pod_pressure_{name}_log_sigma"] = e["log_ratio_sigma"]
     return out
 
 
