@@ -7,9 +7,10 @@ run was doing when it stopped:
 * ``clean``: an orderly shutdown or partition hand-over wrote it; nothing to recognise.
 * ``attempts``: starts at this offset that never committed past it. A run writes its start mark
   (``attempts`` + 1) before it handles anything; its first commit past that offset resets it.
-  A second start at the same offset therefore means the previous run died before getting
-  anywhere: the partition is handled **carefully** (one record at a time, each preceded by a
-  commit whose mark names it, ``careful_at``), over a window that doubles with every further try.
+  A start after a run that did not end cleanly handles the partition **carefully** from the
+  committed offset (one record at a time, each preceded by a commit whose mark names it,
+  ``careful_at``): one batch's worth when the previous run had got past its start, a window that
+  doubles with every further start at the same offset when it had not.
 * ``careful_at``: the record being handled carefully when the mark was written. A start that
   finds it equal to the committed offset knows that record killed the process: it is
   dead-lettered as ``poison`` and skipped, never handled a third time.
@@ -98,9 +99,9 @@ def plan_partition(committed: int | None, mark: Mark | None, *, careful_base: in
     if mark.careful_at is not None and mark.careful_at == committed:
         return Plan(attempts=1, poison=committed, crashed=True, since_ms=mark.ts_ms)
     attempts = mark.attempts + 1
-    careful = 0
-    if attempts >= 2:
-        careful = min(CAREFUL_MAX, max(1, careful_base) * 2 ** min(attempts - 2, 20))
+    # even a crash after progress gets one batch handled carefully: the record that killed the
+    # run is most often just past the last commit, and pinning it on this start saves a crash
+    careful = min(CAREFUL_MAX, max(1, careful_base) * 2 ** min(max(attempts - 2, 0), 20))
     return Plan(attempts=attempts, careful=careful, crashed=True, since_ms=mark.ts_ms)
 
 

@@ -4,11 +4,12 @@ One partition holds good records and four bad ones: a value the handler dead-let
 (``BAD``), one that makes the handler raise (``RAISE``), one of 1,000,000 bytes the handler
 dead-letters (its dead letter must still fit a produce request), and one that kills the process
 (``POISON``, as a crash in native code would). The test restarts the process whenever it dies,
-as the local supervisor and Kubernetes do. Expected: two crashes (the first finds the partition
-stuck, the second pins the record down by handling the records one at a time), then the poison
-is dead-lettered as ``poison`` and skipped; every other record is handled; each bad record has
-exactly one dead letter, although the crashes came after some letters were written and before
-their offsets were committed.
+as the local supervisor and Kubernetes do. Expected: two crashes (the first makes the next start
+handle records one at a time from the committed offset, which pins the record down; whether the
+first run had committed anything before it died or not), then the poison is dead-lettered as
+``poison`` and skipped; every other record is handled; each bad record has exactly one dead
+letter, although the crashes came after some letters were written and before their offsets were
+committed.
 """
 
 from __future__ import annotations
@@ -17,14 +18,17 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from contracts import DeadLetterV2, decode
 from services.runtime import deadletter
+from services.runtime.recovery import Mark
+from services.runtime.stream_settings import app_id
 from tests.conftest import ROOT, wait_until
 from tests.integration.poison_process import POISON_EXIT
 from tests.kafka_helpers import drain
@@ -61,15 +65,11 @@ def _handled(log: Path) -> set[int]:
     return {int(line.split()[1]) for line in log.read_text().splitlines() if line.strip()}
 
 
-async def test_poison_is_quarantined_and_each_bad_record_dead_lettered_once(
-        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
-    topic = f"{topic_prefix}nodestate.v1"
-    await _produce(kafka_bootstrap, topic)
-    service = f"poison-{uuid.uuid4().hex[:6]}"
-    log = tmp_path / "handled.log"
-    good = set(range(GOOD)) - set(BAD_AT)
+async def _run_until_handled(bootstrap: str, prefix: str, service: str, log: Path, *, good: set[int],
+                             most_crashes: int) -> tuple[int, list[DeadLetterV2]]:
+    """Run the process, restarting it whenever the poison kills it, until every ``good`` offset is handled."""
     crashes = 0
-    proc = _spawn(kafka_bootstrap, topic_prefix, service, log)
+    proc = _spawn(bootstrap, prefix, service, log)
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 120
@@ -81,15 +81,26 @@ async def test_poison_is_quarantined_and_each_bad_record_dead_lettered_once(
             if code is not None:
                 assert code == POISON_EXIT, f"exit {code}: {log.with_suffix('.err').read_text()[-3000:]}"
                 crashes += 1
-                assert crashes <= 2, "the poison pill was not quarantined after two crashes"
-                proc = _spawn(kafka_bootstrap, topic_prefix, service, log)
+                assert crashes <= most_crashes, f"the poison pill was not quarantined after {most_crashes} crashes"
+                proc = _spawn(bootstrap, prefix, service, log)
             await asyncio.sleep(0.1)
-        letters = [decode(DeadLetterV2, r.value) for r in await drain(kafka_bootstrap, f"{topic_prefix}deadletter.v2")]
+        letters = [decode(DeadLetterV2, r.value) for r in await drain(bootstrap, f"{prefix}deadletter.v2")]
         await wait_until(lambda: proc.poll() is None, what="the last process still running")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     assert proc.returncode == 0, log.with_suffix(".err").read_text()[-3000:]
+    return crashes, letters
+
+
+async def test_poison_is_quarantined_and_each_bad_record_dead_lettered_once(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    topic = f"{topic_prefix}nodestate.v1"
+    await _produce(kafka_bootstrap, topic)
+    service = f"poison-{uuid.uuid4().hex[:6]}"
+    log = tmp_path / "handled.log"
+    crashes, letters = await _run_until_handled(kafka_bootstrap, topic_prefix, service, log,
+                                                good=set(range(GOOD)) - set(BAD_AT), most_crashes=2)
     assert crashes == 2
     mine = [letter for letter in letters if letter.service == service]
     by_offset: dict[int, list[DeadLetterV2]] = {}
@@ -103,6 +114,35 @@ async def test_poison_is_quarantined_and_each_bad_record_dead_lettered_once(
     assert len(huge.b64) <= deadletter.VALUE_MAX * 4 // 3 + 4
     assert deadletter.original_value(by_offset[35][0]) == b"POISON"
     assert all(letter.source_topic == topic and letter.partition == 0 for letter in mine)
+
+
+async def test_a_poison_met_after_the_last_run_had_committed_progress_costs_one_crash(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """The previous run got past its start (its commits reset the start mark) and then died.
+
+    Its commit is written here, as that run would have left it: offset 31, a progress mark (not
+    clean, no attempts). This start handles a batch's worth one record at a time from 31, so the
+    poison at 35 kills it once and is quarantined on the next start (it used to take a second
+    crash with the partition handled in batches again, then a third).
+    """
+    topic = f"{topic_prefix}nodestate.v1"
+    await _produce(kafka_bootstrap, topic)
+    service = f"progress-{uuid.uuid4().hex[:6]}"
+    committer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=app_id(service, topic_prefix),
+                                 enable_auto_commit=False)
+    await committer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        committer.assign([tp])
+        await committer.commit({tp: (31, Mark(ts_ms=int(time.time() * 1000), attempts=0).encode())})
+    finally:
+        await committer.stop()
+    log = tmp_path / "handled.log"
+    crashes, letters = await _run_until_handled(kafka_bootstrap, topic_prefix, service, log,
+                                                good=set(range(31, GOOD)) - set(BAD_AT), most_crashes=1)
+    assert crashes == 1
+    assert [(letter.offset, letter.error_kind) for letter in letters if letter.service == service] == [(35, "poison")]
+    assert min(_handled(log)) == 31, "the run restarted from the committed offset"
 
 
 async def test_a_record_the_client_cannot_unpack_is_dead_lettered_and_nothing_around_it_is_lost(

@@ -26,9 +26,9 @@ def test_first_start_and_clean_stop_need_nothing() -> None:
     assert plan_partition(40, Mark(ts_ms=9, attempts=4, clean=True), careful_base=500) == Plan(attempts=1)
 
 
-def test_a_crash_after_progress_reads_back_dead_letters_only() -> None:
+def test_a_crash_after_progress_reads_back_dead_letters_and_goes_carefully_over_one_batch() -> None:
     plan = plan_partition(40, Mark(ts_ms=9, attempts=0), careful_base=500)
-    assert plan == Plan(attempts=1, careful=0, crashed=True, since_ms=9)
+    assert plan == Plan(attempts=1, careful=500, crashed=True, since_ms=9)
 
 
 def test_a_second_start_without_progress_goes_carefully_and_widens_each_time() -> None:
