@@ -4,10 +4,10 @@ on the node's shared resources. Pure; the same function for training (``training
 Inputs are counts over one interval for one cgroup, keyed by canonical counter names
 (``featurelib.node.counters``). Two event sets:
 
-* ``BASIC_EVENTS`` — the node agent's default per-cgroup events (``services/node_agent/live.py``:
-  ``DEFAULT_CGROUP_EVENTS``): cycles, instructions, cache-misses, task-clock, context-switches;
+* ``BASIC_EVENTS`` — cycles, instructions, cache-misses, task-clock, context-switches;
 * ``EXTENDED_EVENTS`` — plus cache-references, branch-instructions and branch-misses (core PMU events every
-  x86 part counts per cgroup; set the node agent's ``CGROUP_EVENTS`` to collect them).
+  x86 part counts per cgroup): the node agent's default per-cgroup events (``services/node_agent/live.py``:
+  ``DEFAULT_CGROUP_EVENTS``) and what the served model reads.
 
 Every feature is a ratio or a rate (no node-specific scale), and a missing or zero denominator gives 0.
 """

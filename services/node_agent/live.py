@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from featurelib.pod import EXTENDED_EVENTS
 from services.node_agent import discovery
 from services.node_agent import perf_event as pe
 from services.node_agent.events import CACHE_EVENTS, HARDWARE_EVENTS, MEM_BANDWIDTH_BYTES, canonical_name
@@ -38,7 +39,8 @@ DEFAULT_EVENTS: Final = (
     "cpu-migrations",
     "page-faults",
 )
-DEFAULT_CGROUP_EVENTS: Final = ("cycles", "instructions", "cache-misses", "task-clock", "context-switches")
+DEFAULT_CGROUP_EVENTS: Final = EXTENDED_EVENTS
+"""What the ``pod-pressure`` stage reads from a pod's cgroup (fewer and every pod is ``unknown`` there)."""
 
 
 @dataclass

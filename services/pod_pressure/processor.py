@@ -5,9 +5,8 @@ model was trained on); when a node's window closes, every pod in it gets a recor
 inputs are ``featurelib.pod.pod_features`` of the summed counts, the function training computes.
 
 A pod gets an ``unknown`` record saying why, instead of pressures, when its cgroup lacked an event the model reads
-(``counters_missing``: the node agent counts only cycles, instructions, cache-misses, task-clock and
-context-switches per cgroup unless ``CGROUP_EVENTS`` adds cache-references, branch-instructions and
-branch-misses), when it did no work in the window (``idle``), when a feature lies outside the training range
+(``counters_missing``: a node agent with a narrower ``CGROUP_EVENTS`` than its default, or a PMU that cannot
+count one of them), when it did no work in the window (``idle``), when a feature lies outside the training range
 (``out_of_range``) or when the model returned no finite number (``model_failed``). Nothing acts on ``unknown``.
 
 Cgroups that are not a pod's (no pod UID in the last path component) are ignored, as are NodeStates without

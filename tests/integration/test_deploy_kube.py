@@ -36,7 +36,7 @@ DEPLOY = ROOT / "deploy"
 KUBE_SH = ROOT / "infra" / "kube" / "kube.sh"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
 OPTIONAL_COMPONENTS = ["node-agent-sys-admin", "node-agent-unprivileged", "referee-apply", "extender-learned-shadow",
-                       "extender-corunner", "agent-interference"]
+                       "extender-corunner", "agent-interference", "node-agent-per-pod"]
 SCHEDULER_CONFIG = DEPLOY / "scheduler-extender" / "kube-scheduler-config.yaml"
 NAMESPACES = ("borg-system", "borg-node")
 POLICY = "borg-node-agent-least-privilege"
@@ -208,6 +208,16 @@ def test_optional_component_is_accepted_by_the_api_server(
     roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("borg-agent-reliab")]
     lists = [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list"]}]
     assert [r["rules"] for r in roles] == ([lists] if interference else [])
+    spec = agent["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    host_paths = [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v]
+    if component == "node-agent-per-pod":
+        assert host_paths == ["/sys/fs/cgroup"]
+        (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "host-cgroup"]
+        assert mount["readOnly"] is True
+        assert env["NODE_AGENT_CGROUP_ROOT"].startswith(mount["mountPath"] + "/")
+    else:
+        assert (host_paths, env.get("NODE_AGENT_CGROUP_ROOT")) == ([], None)
 
 
 def test_every_borg_system_pod_meets_the_restricted_pod_security_level(
@@ -295,6 +305,63 @@ def test_node_agent_policy_admits_the_daemonset_pod_and_nothing_wider(
         result = dry_run_create(kube, widened(pod, changes))
         assert result.returncode != 0, f"{what} was admitted"
         assert denied_marker in result.stderr, f"{what} was not denied by the policy: {result.stderr}"
+
+
+def test_per_pod_component_policy_admits_its_cgroup_mount_and_no_other_host_path(
+    kube: Kube, namespaces: None, tmp_path: Path
+) -> None:
+    """components/node-agent-per-pod widens the policy by exactly one read-only hostPath.
+
+    Its policy is applied for real under another name, bound to a namespace of its own, so the base
+    policy the other tests apply (same name, bound to borg-node) is left as it is.
+    """
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    rel = os.path.relpath(DEPLOY, overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [f"{rel}/base"],
+        "components": [f"{rel}/components/kafka-in-cluster", f"{rel}/components/node-agent-per-pod"]}))
+    docs = render(kube, overlay)
+    name, namespace = "borg-node-agent-per-pod-check", "borg-node-per-pod-check"
+    mine = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy") and d["metadata"]["name"] == POLICY]
+    (policy,) = [d for d in mine if d["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [d for d in mine if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    policy["metadata"]["name"] = binding["metadata"]["name"] = binding["spec"]["policyName"] = name
+    binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] = {"kubernetes.io/metadata.name": namespace}
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
+    kube.ok("apply", "-f", "-", stdin=yaml.safe_dump_all([ns, policy, binding]))
+    try:
+        (agent,) = [d for d in docs if d["kind"] == "DaemonSet"]
+        pod = pod_from(agent, "deploy-check-node-agent-per-pod")
+        pod["metadata"]["namespace"] = namespace
+        denied_marker = f"ValidatingAdmissionPolicy '{name}'"
+        deadline = time.monotonic() + 30
+        probe = widened(pod, WIDENINGS["host pid"])
+        while denied_marker not in dry_run_create(kube, probe).stderr:
+            assert time.monotonic() < deadline, "the per-pod policy never started denying pods"
+            time.sleep(0.5)
+        accepted = dry_run_create(kube, pod)
+        assert accepted.returncode == 0, accepted.stderr
+        cgroup = next(i for i, v in enumerate(pod["spec"]["volumes"]) if "hostPath" in v)
+        mounts = pod["spec"]["containers"][0]["volumeMounts"]
+        mount = next(i for i, m in enumerate(mounts) if m["name"] == "host-cgroup")
+        for what, changes in {
+            **WIDENINGS,
+            "another hostPath": [(f"volumes.{cgroup}.hostPath.path", "/var/run")],
+            "the cgroup tree writable": [(f"containers.0.volumeMounts.{mount}.readOnly", False)],
+        }.items():
+            if what == "hostPath":
+                continue  # /sys/kernel/debug in place of the emptyDir: covered by "another hostPath"
+            result = dry_run_create(kube, widened(pod, changes))
+            assert result.returncode != 0, f"{what} was admitted"
+            assert denied_marker in result.stderr, f"{what} was not denied by the policy: {result.stderr}"
+        result = dry_run_create(kube, widened(pod, WIDENINGS["hostPath"]))
+        assert denied_marker in result.stderr and "/sys/fs/cgroup" in result.stderr, result.stderr
+    finally:
+        kube.run("delete", "--ignore-not-found", "validatingadmissionpolicybinding", name)
+        kube.run("delete", "--ignore-not-found", "validatingadmissionpolicy", name)
+        kube.run("delete", "--ignore-not-found", "--wait=false", "namespace", namespace)
 
 
 # ---------------------------------------------------------------- what the manifests promise
