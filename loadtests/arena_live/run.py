@@ -98,6 +98,10 @@ class Ledger:
 
     nodes: int
     slo: float = SLO_SLOWDOWN
+    horizon_s: float = math.inf
+    """Utilisation and nodes used are averaged over the arrival window [0, horizon_s), as offline
+    (``simulator.arena.report``): the drain after it holds the last, often restarted, tasks on a near-empty
+    cluster, and its length would otherwise decide the average. Violations count until the end."""
     violation_s: float = 0.0
     ls_running_s: float = 0.0
     util_s: float = 0.0
@@ -105,6 +109,9 @@ class Ledger:
     """Requested CPU in use divided by each task's slowdown: the work actually done, as offline."""
     nodes_used_s: float = 0.0
     elapsed_s: float = 0.0
+    """Arena seconds accounted."""
+    in_horizon_s: float = 0.0
+    """Of those, inside the arrival window (the utilisation averages' denominator)."""
     slowdown_samples: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     """class → (slowdown, arena seconds at it)."""
 
@@ -129,19 +136,23 @@ class Ledger:
                         self.violation_s += dt_s
                 cpu += task.cpu
                 useful += task.cpu / max(s, 1.0)
-        self.util_s += cpu / self.nodes * dt_s
-        self.useful_util_s += useful / self.nodes * dt_s
-        self.nodes_used_s += sum(1 for tasks in running.values() if tasks) * dt_s
+        inside = max(0.0, min(dt_s, self.horizon_s - self.elapsed_s))  # the part of this tick in the window
+        self.util_s += cpu / self.nodes * inside
+        self.useful_util_s += useful / self.nodes * inside
+        self.nodes_used_s += sum(1 for tasks in running.values() if tasks) * inside
         self.elapsed_s += dt_s
+        self.in_horizon_s += inside
         return slowed
 
     def metrics(self) -> dict[str, float]:
+        window = self.in_horizon_s
         out = {
             "slo_violation_task_s": self.violation_s,
             "latency_sensitive_task_s": self.ls_running_s,
-            "mean_cpu_utilisation": self.util_s / self.elapsed_s if self.elapsed_s else 0.0,
-            "useful_cpu_utilisation": self.useful_util_s / self.elapsed_s if self.elapsed_s else 0.0,
-            "nodes_used": self.nodes_used_s / self.elapsed_s if self.elapsed_s else 0.0,
+            "mean_cpu_utilisation": self.util_s / window if window else 0.0,
+            "useful_cpu_utilisation": self.useful_util_s / window if window else 0.0,
+            "nodes_used": self.nodes_used_s / window if window else 0.0,
+            "accounted_arena_s": self.elapsed_s,
         }
         for cls, samples in sorted(self.slowdown_samples.items()):
             values = np.array([s for s, _ in samples])
@@ -503,7 +514,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
     arena = ArenaKube(api, run_id=run_id, namespace=f"arena-{run_id}")
     procs: list[_Proc] = []
     producer = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, **kafka_client_options(), linger_ms=5)
-    ledger = Ledger(size.nodes)
+    ledger = Ledger(size.nodes, horizon_s=size.horizon_s)
     completions = Completions()
     by_id = {live_id(a): a for a in arrivals}
     submitted = 0

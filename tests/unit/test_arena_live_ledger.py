@@ -74,6 +74,29 @@ def test_ledger_accounts_violations_utilisation_and_nodes_used_in_arena_seconds(
     assert m["p95_slowdown_llc_sensitive"] == pytest.approx(max(slow[0], 1.0))
 
 
+def test_utilisation_is_averaged_over_the_arrival_window_only_as_offline() -> None:
+    task = T(1, _kind("cpu_bound"), "cpu_bound", 1.0, False, cpu=0.5)
+    ledger = Ledger(nodes=1, horizon_s=15.0)
+    ledger.tick({0: [task]}, dt_s=10.0)  # inside the window
+    ledger.tick({0: []}, dt_s=10.0)  # 5 s inside, 5 s of drain
+    ledger.tick({0: []}, dt_s=100.0)  # a long, empty drain: must not dilute the average
+    m = ledger.metrics()
+    assert m["mean_cpu_utilisation"] == pytest.approx(0.5 * 10.0 / 15.0)
+    assert m["nodes_used"] == pytest.approx(10.0 / 15.0)
+    assert m["accounted_arena_s"] == pytest.approx(120.0)
+
+
+def test_violations_count_in_the_drain_too() -> None:
+    ls_kind, batch_kind = _kind("llc_sensitive"), _kind("memory_bound")
+    victim = T(1, ls_kind, "llc_sensitive", 1.0, True, cpu=0.25)
+    bully = T(2, batch_kind, "memory_bound", 1.0, False, cpu=0.5)
+    slow = task_slowdowns(["llc_sensitive", "memory_bound"], np.array([victim.pressure, bully.pressure]))
+    assert slow[0] > 1.25
+    ledger = Ledger(nodes=1, horizon_s=5.0)
+    ledger.tick({0: [victim, bully]}, dt_s=10.0)
+    assert ledger.metrics()["slo_violation_task_s"] == pytest.approx(10.0)
+
+
 def test_live_tasks_run_for_their_compressed_work_on_the_runs_nodes() -> None:
     task = live_task(T(7, _kind("cpu_bound"), "cpu_bound", 0.5, False, cpu=0.125, memory=0.0625, work_s=300.0), 10.0)
     assert (task.task_id, task.cpu_m, task.memory_mib, task.run_s) == ("t00007", 2000, 4096, 30.0)
