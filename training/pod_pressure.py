@@ -22,6 +22,10 @@ training features' input ranges (outside them the stage answers ``unknown``), wr
 Reported (JSON with ``--out``): per resource, the error on held-out kinds — mean absolute error of the pressure,
 of the *excess* over the free 0.25 (what the interference model reads), and the log-ratio spread σ where the true
 pressure exceeds 0.25 (comparable with the arena's ``--pod-pressure-noise``) — for both event sets.
+
+The extended model is also asked whether averaging helps: 600 held-out-kind pods seen over ``AVERAGED_WINDOWS``
+windows each (new co-runners and count noise per window), one window's estimate against the mean of all of them
+(``heldout_averaged``).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ RANGE_QUANTILES: Final = (0.001, 0.999)
 RANGE_MARGIN: Final = 0.1
 """Input ranges: the training features' 0.1–99.9 % quantiles, widened by 10 % of their span on each side."""
 COUNT_NOISE: Final = 0.05
+AVERAGED_WINDOWS: Final = 8
+"""Windows per pod for the averaging check (``python -m training.pod_pressure``)."""
 
 
 def pod_counts(rates: np.ndarray, rng: np.random.Generator, window_s: float = WINDOW_S) -> dict[str, float]:
@@ -83,6 +89,57 @@ def sample(pods: int, pod_kinds: Sequence[str], corunner_kinds: Sequence[str], s
         ys.append(pressures[0])
         names.append(kinds[0])
     return Samples(np.asarray(xs), np.asarray(ys), names)
+
+
+def repeated(pods: int, pod_kinds: Sequence[str], corunner_kinds: Sequence[str], windows: int,
+             seed: int) -> tuple[list[np.ndarray], np.ndarray, list[str]]:
+    """``pods`` pods (kind, intensity and node fixed), each seen over ``windows`` windows with new co-runners and
+    count noise in each: per pod its windows' features [windows, F], the pods' true pressures [pods, 4], kinds."""
+    rng = np.random.default_rng(seed)
+    specs = node_specs_for(seed)
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    names: list[str] = []
+    for _ in range(pods):
+        kind = pod_kinds[int(rng.integers(len(pod_kinds)))]
+        intensity = float(rng.uniform(0.5, 1.0))
+        spec = specs[int(rng.integers(len(specs)))]
+        rows = []
+        for _ in range(windows):
+            kinds = [kind] + [corunner_kinds[int(rng.integers(len(corunner_kinds)))]
+                              for _ in range(int(rng.integers(1, 6)))]
+            inten = np.concatenate([[intensity], rng.uniform(0.5, 1.0, size=len(kinds) - 1)])
+            pressures = np.array([KINDS[k].pressure for k in kinds]) * inten[:, None]
+            per, _, _, _ = workload_rates(spec, kinds, inten, pressures, rng)
+            rows.append(pod_features(pod_counts(per[0], rng), WINDOW_S, True))
+        xs.append(np.asarray(rows))
+        ys.append(np.asarray(KINDS[kind].pressure) * intensity)
+        names.append(kind)
+    return xs, np.asarray(ys), names
+
+
+def averaging_errors(model: PodPressureModel, pods: list[np.ndarray], true: np.ndarray,
+                     kinds: Sequence[str]) -> dict[str, Any]:
+    """Does averaging a pod's estimates over its windows help? Errors of one window's estimate, of the mean over
+    all its windows, and the log-ratio σ of that mean once each kind's mean bias is removed (the kind's bias is
+    what no averaging over one pod's windows can remove)."""
+    single = np.asarray([model.predict(rows[:1])[0] for rows in pods])
+    mean = np.asarray([model.predict(rows).mean(axis=0) for rows in pods])
+    return {"one_window": errors(single, true), "mean_of_windows": errors(mean, true),
+            "mean_of_windows_within_kind_sigma": within_kind_sigma(mean, true, kinds)}
+
+
+def within_kind_sigma(pred: np.ndarray, true: np.ndarray, kinds: Sequence[str]) -> dict[str, float]:
+    """Per resource: the log-ratio σ (truth > FREE_PRESSURE) once each kind's mean log-ratio is subtracted."""
+    out: dict[str, float] = {}
+    names = np.asarray(kinds)
+    for r, name in enumerate(RESOURCES):
+        hot = true[:, r] > FREE_PRESSURE
+        ratio = np.log(np.maximum(pred[hot, r], 1e-3) / true[hot, r])
+        k = names[hot]
+        resid = ratio - np.array([ratio[k == kind].mean() for kind in k]) if ratio.size else ratio
+        out[name] = float(np.sqrt((resid ** 2).mean())) if resid.size else 0.0
+    return out
 
 
 class PodPressureModel:
@@ -154,6 +211,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             h, t = report[key]["heldout"][r], report[key]["train_kinds_new_samples"][r]
             print(f"{key:8s} {r:8s} {h['mae']:.3f} / {h['excess_mae']:.3f} / {h['log_ratio_sigma']:.3f} "
                   f"({h['log_ratio_bias']:+.3f}, {h['hot_share']:.0%} hot); train kinds {t['log_ratio_sigma']:.3f}")
+        if extended:
+            pods, truth, kinds = repeated(600, held, train_kinds + held, AVERAGED_WINDOWS, args.seed + 3)
+            averaged = averaging_errors(model, pods, truth, kinds)
+            report[key]["heldout_averaged"] = {"windows": AVERAGED_WINDOWS, **averaged}
+            print(f"# held-out kinds, one window vs the mean of {AVERAGED_WINDOWS} (new co-runners each): "
+                  "log-ratio sigma; sigma left without each kind's bias", file=sys.stderr)
+            for r in RESOURCES:
+                one, avg = averaged["one_window"][r], averaged["mean_of_windows"][r]
+                print(f"averaged {r:8s} {one['log_ratio_sigma']:.3f} -> {avg['log_ratio_sigma']:.3f}; "
+                      f"within kind {averaged['mean_of_windows_within_kind_sigma'][r]:.3f}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")

@@ -214,3 +214,29 @@ def test_train_pod_pressure_writes_a_version_the_stage_loads(tmp_path: Path,
     assert train_pod_pressure(["--out", str(tmp_path), "--pods", "5"]) == 2
     err = capsys.readouterr().err
     assert "v1 exists" in err and "--pods must be at least 100, got 5" in err
+
+
+def test_averaging_check_separates_a_kinds_bias_from_window_noise() -> None:
+    from training.pod_pressure import averaging_errors, repeated, within_kind_sigma
+
+    truth = np.array([[0.5, 0.5, 0.5, 0.5], [0.8, 0.8, 0.8, 0.8], [0.4, 0.4, 0.4, 0.4]])
+    # kind a is estimated 2x too high on every pod, kind b exactly: no spread is left within a kind
+    biased = truth * np.array([[2.0], [2.0], [1.0]])
+    assert within_kind_sigma(biased, truth, ["a", "a", "b"]) == pytest.approx(dict.fromkeys(RESOURCES, 0.0))
+    # grouped otherwise, b's two pods disagree by the factor 2 (log 2 = 0.69): sqrt(2 * 0.347**2 / 3) = 0.283
+    assert within_kind_sigma(biased, truth, ["a", "b", "b"])["llc"] == pytest.approx(0.283, abs=1e-3)
+
+    class Noisy:
+        """Each window's estimate: the truth times exp(+-0.3), alternating: the mean of two windows is nearly exact."""
+
+        def predict(self, rows: np.ndarray) -> np.ndarray:
+            return np.asarray(rows, dtype=np.float64)
+
+    windows = [np.vstack([t * np.exp(0.3), t * np.exp(-0.3)]) for t in truth]
+    out = averaging_errors(Noisy(), windows, truth, ["a", "a", "b"])  # type: ignore[arg-type]
+    assert out["one_window"]["llc"]["log_ratio_sigma"] == pytest.approx(0.3)
+    assert out["mean_of_windows"]["llc"]["log_ratio_sigma"] < 0.05
+
+    pods, true, kinds = repeated(3, list(KINDS)[:1], list(KINDS), windows=4, seed=1)
+    assert [p.shape[0] for p in pods] == [4, 4, 4] and true.shape == (3, 4) and len(set(kinds)) == 1
+    assert all(np.ptp(p, axis=0).max() > 0 for p in pods), "each window has new co-runners and noise"
