@@ -574,20 +574,35 @@ class BatchStream:
 
     async def _handle_carefully(self, tp: TopicPartition, record: Record) -> None:
         # everything before this record is made durable, then a mark naming it is committed:
-        # should handling it kill the process, the next start finds that mark at the committed offset
-        for hooks in self.state:
-            await hooks.checkpoint(spread_s=0.0)
-        await self.sink.flush()
-        await self._commit_marks({tp: (record.offset, Mark(ts_ms=_now_ms(), careful_at=record.offset,
-                                                           attempts=self._plans[tp].attempts))})
+        # should handling it kill the process, the next start finds that mark at (or, with input
+        # held in flight, after) the committed offset
+        await self._make_durable()
+        attempts = self._plans[tp].attempts
+        await self._commit_marks({tp: (self._held_back(tp, record.offset),
+                                       Mark(ts_ms=_now_ms(), careful_at=record.offset, attempts=attempts))})
         await self._handle_one(tp, record)
         await self.sink.push()
         left = self._careful[tp] - 1
         if left > 0:
             self._careful[tp] = left
-        else:
-            del self._careful[tp]
-            log.info("%s[%d]: careful pass over, handled in batches again", tp.topic, tp.partition)
+            return
+        del self._careful[tp]
+        # past the pass's last record, with this run's attempts: a later crash is then not blamed on
+        # that record, and a start that finds this mark still there widens its careful pass
+        await self._make_durable()
+        await self._commit_marks({tp: (self._held_back(tp, record.offset + 1),
+                                       Mark(ts_ms=_now_ms(), attempts=attempts))})
+        log.info("%s[%d]: careful pass over, handled in batches again", tp.topic, tp.partition)
+
+    async def _make_durable(self) -> None:
+        for hooks in self.state:
+            await hooks.checkpoint(spread_s=0.0)
+        await self.sink.flush()
+
+    def _held_back(self, tp: TopicPartition, offset: int) -> int:
+        """``offset``, or less when the stage still holds input of ``tp`` in flight (``StreamHooks.hold``)."""
+        held = self.hooks.hold() if self.hooks.hold is not None else None
+        return offset if not held or tp not in held else min(offset, held[tp])
 
     async def _step_over_unreadable(self, consumer: AIOKafkaConsumer, exc: UnicodeDecodeError) -> None:
         """A record the Kafka client cannot even unpack (a header name that is not UTF-8): dead-letter it, go on.

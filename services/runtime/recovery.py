@@ -6,14 +6,18 @@ run was doing when it stopped:
 
 * ``clean``: an orderly shutdown or partition hand-over wrote it; nothing to recognise.
 * ``attempts``: starts at this offset that never committed past it. A run writes its start mark
-  (``attempts`` + 1) before it handles anything; its first commit past that offset resets it.
+  (``attempts`` + 1) before it handles anything; its first regular commit resets it.
   A start after a run that did not end cleanly handles the partition **carefully** from the
   committed offset (one record at a time, each preceded by a commit whose mark names it,
-  ``careful_at``): one batch's worth when the previous run had got past its start, a window that
-  doubles with every further start at the same offset when it had not.
+  ``careful_at``): ``CAREFUL_FIRST`` records (at most a batch) when the previous run had made
+  progress, a batch's worth doubling with every further start that finds none since.
+  The end of a careful pass is committed past its last record with the run's ``attempts``, so a
+  later crash is neither blamed on that record nor taken for progress.
 * ``careful_at``: the record being handled carefully when the mark was written. A start that
-  finds it equal to the committed offset knows that record killed the process: it is
-  dead-lettered as ``poison`` and skipped, never handled a third time.
+  finds it at or after the committed offset knows that record killed the process: it is
+  dead-lettered as ``poison`` and skipped, never handled a third time. (The committed offset
+  may lie before it: a stage that holds input still in flight, such as the referee's open
+  decision windows, commits no further than that input, which is then delivered again.)
 
 After a run that did not end cleanly, dead letters it had written past the committed offsets
 are read back (``DeadLetterLedger``), so a record is dead-lettered once per service, even when
@@ -39,6 +43,9 @@ log = logging.getLogger(__name__)
 
 CAREFUL_MAX = 100_000
 """Most records one careful pass handles one at a time (each costs an offset commit, ~1-3 ms)."""
+CAREFUL_FIRST = 100
+"""Records handled carefully after a crash that followed progress (the batch size when smaller): the record
+that killed the run is most often just past its last commit, and pinning it on this start saves a crash."""
 READ_BACK_SLACK_MS = 120_000
 """Dead letters are read back from this long before the last mark (clock skew, commit interval)."""
 
@@ -96,12 +103,11 @@ def plan_partition(committed: int | None, mark: Mark | None, *, careful_base: in
         return Plan(attempts=1)  # never committed by this runtime: nothing to recognise
     if mark.clean:
         return Plan(attempts=1)
-    if mark.careful_at is not None and mark.careful_at == committed:
-        return Plan(attempts=1, poison=committed, crashed=True, since_ms=mark.ts_ms)
+    if mark.careful_at is not None and mark.careful_at >= committed:
+        return Plan(attempts=1, poison=mark.careful_at, crashed=True, since_ms=mark.ts_ms)
     attempts = mark.attempts + 1
-    # even a crash after progress gets one batch handled carefully: the record that killed the
-    # run is most often just past the last commit, and pinning it on this start saves a crash
-    careful = min(CAREFUL_MAX, max(1, careful_base) * 2 ** min(max(attempts - 2, 0), 20))
+    base = max(1, careful_base)
+    careful = min(CAREFUL_FIRST, base) if attempts == 1 else min(CAREFUL_MAX, base * 2 ** min(attempts - 2, 20))
     return Plan(attempts=attempts, careful=careful, crashed=True, since_ms=mark.ts_ms)
 
 

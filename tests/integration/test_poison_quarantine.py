@@ -38,12 +38,12 @@ GOOD = 120
 BAD_AT = {10: b"BAD-schema", 20: b"RAISE", 30: b"BAD" + b"\x00" * (1_000_000 - 3), 35: b"POISON"}
 
 
-async def _produce(bootstrap: str, topic: str) -> None:
+async def _produce(bootstrap: str, topic: str, bad_at: dict[int, bytes] = BAD_AT) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=2 * 1024 * 1024)
     await producer.start()
     try:
         for offset in range(GOOD):
-            value = BAD_AT.get(offset, f"good-{offset}".encode())
+            value = bad_at.get(offset, f"good-{offset}".encode())
             await producer.send_and_wait(topic, value=value, key=b"k", partition=0)
     finally:
         await producer.stop()
@@ -116,6 +116,38 @@ async def test_poison_is_quarantined_and_each_bad_record_dead_lettered_once(
     assert all(letter.source_topic == topic and letter.partition == 0 for letter in mine)
 
 
+async def _commit_as_a_crashed_run(bootstrap: str, prefix: str, service: str, topic: str, offset: int) -> None:
+    """The commit a run leaves when it died after progress: ``offset``, a progress mark (not clean, no attempts)."""
+    committer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=app_id(service, prefix),
+                                 enable_auto_commit=False)
+    await committer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        committer.assign([tp])
+        await committer.commit({tp: (offset, Mark(ts_ms=int(time.time() * 1000), attempts=0).encode())})
+    finally:
+        await committer.stop()
+
+
+async def test_a_crash_after_a_careful_pass_is_not_blamed_on_its_last_record(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """The careful pass after a crash (offsets 0-49, one batch) finds nothing; the poison is at 80.
+
+    Its closing commit moves past offset 49 with the run's attempts: the next start neither
+    quarantines the good record 49 nor counts the pass as progress, goes carefully over a wider
+    window and pins the poison: two crashes, one dead letter, every good record handled.
+    """
+    topic = f"{topic_prefix}nodestate.v1"
+    await _produce(kafka_bootstrap, topic, {80: b"POISON"})
+    service = f"after-pass-{uuid.uuid4().hex[:6]}"
+    await _commit_as_a_crashed_run(kafka_bootstrap, topic_prefix, service, topic, 0)
+    log = tmp_path / "handled.log"
+    crashes, letters = await _run_until_handled(kafka_bootstrap, topic_prefix, service, log,
+                                                good=set(range(GOOD)) - {80}, most_crashes=2)
+    assert crashes in (1, 2)  # 1 when a regular commit landed between the pass and the poison
+    assert [(letter.offset, letter.error_kind) for letter in letters if letter.service == service] == [(80, "poison")]
+
+
 async def test_a_poison_met_after_the_last_run_had_committed_progress_costs_one_crash(
         kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
     """The previous run got past its start (its commits reset the start mark) and then died.
@@ -128,15 +160,7 @@ async def test_a_poison_met_after_the_last_run_had_committed_progress_costs_one_
     topic = f"{topic_prefix}nodestate.v1"
     await _produce(kafka_bootstrap, topic)
     service = f"progress-{uuid.uuid4().hex[:6]}"
-    committer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=app_id(service, topic_prefix),
-                                 enable_auto_commit=False)
-    await committer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        committer.assign([tp])
-        await committer.commit({tp: (31, Mark(ts_ms=int(time.time() * 1000), attempts=0).encode())})
-    finally:
-        await committer.stop()
+    await _commit_as_a_crashed_run(kafka_bootstrap, topic_prefix, service, topic, 31)
     log = tmp_path / "handled.log"
     crashes, letters = await _run_until_handled(kafka_bootstrap, topic_prefix, service, log,
                                                 good=set(range(31, GOOD)) - set(BAD_AT), most_crashes=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.recovery import CAREFUL_MAX, Mark, Plan, plan_partition
+from services.runtime.recovery import CAREFUL_FIRST, CAREFUL_MAX, Mark, Plan, plan_partition
 
 
 @pytest.mark.parametrize("mark", [
@@ -26,9 +26,10 @@ def test_first_start_and_clean_stop_need_nothing() -> None:
     assert plan_partition(40, Mark(ts_ms=9, attempts=4, clean=True), careful_base=500) == Plan(attempts=1)
 
 
-def test_a_crash_after_progress_reads_back_dead_letters_and_goes_carefully_over_one_batch() -> None:
+def test_a_crash_after_progress_reads_back_dead_letters_and_goes_carefully_over_a_short_window() -> None:
     plan = plan_partition(40, Mark(ts_ms=9, attempts=0), careful_base=500)
-    assert plan == Plan(attempts=1, careful=500, crashed=True, since_ms=9)
+    assert plan == Plan(attempts=1, careful=CAREFUL_FIRST, crashed=True, since_ms=9)
+    assert plan_partition(40, Mark(ts_ms=9, attempts=0), careful_base=50).careful == 50  # never more than a batch
 
 
 def test_a_second_start_without_progress_goes_carefully_and_widens_each_time() -> None:
@@ -43,3 +44,12 @@ def test_a_careful_mark_at_the_committed_offset_names_the_poison() -> None:
     assert (plan.poison, plan.careful, plan.crashed) == (40, 0, True)
     # a careful mark behind the committed offset: that record was passed, no poison
     assert plan_partition(41, Mark(ts_ms=9, attempts=2, careful_at=40), careful_base=500).poison is None
+    # ahead of it: the stage held earlier input in flight (it is delivered again); the mark still names the poison
+    plan = plan_partition(37, Mark(ts_ms=9, attempts=1, careful_at=40), careful_base=500)
+    assert (plan.poison, plan.careful, plan.crashed) == (40, 0, True)
+
+
+def test_the_end_of_a_careful_pass_is_no_progress() -> None:
+    """The pass's closing mark keeps the run's attempts: crashing again later widens the next pass."""
+    assert plan_partition(90, Mark(ts_ms=9, attempts=2), careful_base=50).careful == 100
+    assert plan_partition(90, Mark(ts_ms=9, attempts=1), careful_base=50).careful == 50
