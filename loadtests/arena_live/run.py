@@ -175,6 +175,8 @@ class Completions:
     work_s: dict[str, float] = field(default_factory=dict)
     remaining_s: dict[str, float] = field(default_factory=dict)
     submitted_s: dict[str, float] = field(default_factory=dict)
+    started_s: dict[str, float] = field(default_factory=dict)
+    """When the driver first saw a pod of the task Running (arena seconds)."""
     finished_s: dict[str, float] = field(default_factory=dict)
     batch: set[str] = field(default_factory=set)
     restarts: int = 0
@@ -200,6 +202,20 @@ class Completions:
 
     def finished(self, task_id: str, arena_s: float) -> None:
         self.finished_s.setdefault(task_id, arena_s)
+
+    def running(self, task_ids: Sequence[str], arena_s: float) -> None:
+        """The tasks seen Running at this tick (the first time counts: submit → start is the placement delay)."""
+        for task_id in task_ids:
+            if task_id in self.submitted_s:
+                self.started_s.setdefault(task_id, arena_s)
+
+    def start_delays(self) -> dict[str, float]:
+        """Arena seconds from submission to the first tick a pod of the task ran: scheduling, binding and kwok's
+        start, all in wall time and so magnified by the time compression (NaN when none started)."""
+        delays = np.array([self.started_s[t] - self.submitted_s[t] for t in self.started_s])
+        if not delays.size:
+            return {"mean_start_delay_s": math.nan, "p95_start_delay_s": math.nan}
+        return {"mean_start_delay_s": float(delays.mean()), "p95_start_delay_s": float(np.quantile(delays, 0.95))}
 
     def restart(self, task_id: str) -> float:
         """The task's pod was replaced (moved): its work starts again; the work lost (arena seconds)."""
@@ -619,6 +635,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                 runs = await arena.runs()
                 pods_by_node = running_pods_by_node(runs, nodes, by_id)
                 running = {i: [t for t, _ in pods] for i, pods in pods_by_node.items()}
+                completions.running([live_id(t) for tasks in running.values() for t in tasks], arena_now)
                 for i, bound in pods_by_node.items():
                     cluster.set_corunners(i, [t.kind for t, _ in bound], [t.intensity for t, _ in bound],
                                           [uid for _, uid in bound])
@@ -654,6 +671,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         runs = await arena.runs()
         out = ledger.metrics()
         out["completion_inflation"] = completions.completion_inflation()
+        out.update(completions.start_delays())
         out["tasks_restarted"] = float(completions.restarts)
         out["lost_work_task_s"] = completions.lost_work_s
         if procs:

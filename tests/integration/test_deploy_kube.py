@@ -287,20 +287,26 @@ def widened(pod: Doc, changes: list[tuple[str, Any]]) -> Doc:
     return pod
 
 
+def admitted_once_enforced(kube: Kube, pod: Doc, policy: str) -> str:
+    """Wait until ``policy`` denies a widened ``pod``, then check ``pod`` itself is admitted; its denial marker."""
+    denied_marker = f"ValidatingAdmissionPolicy '{policy}'"
+    # the policy reaches the admission plugin's cache within seconds: poll on a denial
+    deadline = time.monotonic() + 30
+    probe = widened(pod, WIDENINGS["host pid"])
+    while denied_marker not in dry_run_create(kube, probe).stderr:
+        assert time.monotonic() < deadline, f"{policy} never started denying pods"
+        time.sleep(0.5)
+    accepted = dry_run_create(kube, pod)
+    assert accepted.returncode == 0, accepted.stderr
+    return denied_marker
+
+
 def test_node_agent_policy_admits_the_daemonset_pod_and_nothing_wider(
     kube: Kube, namespaces: None, node_agent_policy: Doc
 ) -> None:
     pod = pod_from(node_agent_policy, "deploy-check-node-agent")
     assert pod["metadata"]["namespace"] == "borg-node"
-    denied_marker = f"ValidatingAdmissionPolicy '{POLICY}'"
-    # the policy reaches the admission plugin's cache within seconds: poll on a denial
-    deadline = time.monotonic() + 30
-    probe = widened(pod, WIDENINGS["host pid"])
-    while denied_marker not in dry_run_create(kube, probe).stderr:
-        assert time.monotonic() < deadline, "the node agent policy never started denying pods"
-        time.sleep(0.5)
-    accepted = dry_run_create(kube, pod)
-    assert accepted.returncode == 0, accepted.stderr
+    denied_marker = admitted_once_enforced(kube, pod, POLICY)
     for what, changes in WIDENINGS.items():
         result = dry_run_create(kube, widened(pod, changes))
         assert result.returncode != 0, f"{what} was admitted"
@@ -335,14 +341,7 @@ def test_per_pod_component_policy_admits_its_cgroup_mount_and_no_other_host_path
         (agent,) = [d for d in docs if d["kind"] == "DaemonSet"]
         pod = pod_from(agent, "deploy-check-node-agent-per-pod")
         pod["metadata"]["namespace"] = namespace
-        denied_marker = f"ValidatingAdmissionPolicy '{name}'"
-        deadline = time.monotonic() + 30
-        probe = widened(pod, WIDENINGS["host pid"])
-        while denied_marker not in dry_run_create(kube, probe).stderr:
-            assert time.monotonic() < deadline, "the per-pod policy never started denying pods"
-            time.sleep(0.5)
-        accepted = dry_run_create(kube, pod)
-        assert accepted.returncode == 0, accepted.stderr
+        denied_marker = admitted_once_enforced(kube, pod, name)
         cgroup = next(i for i, v in enumerate(pod["spec"]["volumes"]) if "hostPath" in v)
         mounts = pod["spec"]["containers"][0]["volumeMounts"]
         mount = next(i for i, m in enumerate(mounts) if m["name"] == "host-cgroup")

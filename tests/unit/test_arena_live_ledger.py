@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,3 +180,16 @@ def test_completion_inflation_without_stretching_comes_from_finishes_seen() -> N
     c.submitted("t1", 10.0, 100.0, latency_sensitive=False)
     c.finished("t1", 130.0)  # waited 20 s, ran its nominal 100
     assert c.completion_inflation() == pytest.approx(1.2)
+
+
+def test_start_delay_is_submit_to_the_first_tick_seen_running() -> None:
+    c = Completions()
+    assert math.isnan(c.start_delays()["mean_start_delay_s"])
+    c.submitted("a", 0.0, 100.0, latency_sensitive=True)
+    c.submitted("b", 10.0, 100.0, latency_sensitive=False)
+    c.running(["a"], 20.0)
+    c.running(["a", "b", "unknown"], 30.0)  # a's first sighting counts; a task never submitted is ignored
+    assert c.started_s == {"a": 20.0, "b": 30.0}
+    delays = c.start_delays()
+    assert delays["mean_start_delay_s"] == pytest.approx(20.0)
+    assert delays["p95_start_delay_s"] == pytest.approx(20.0)
