@@ -53,7 +53,7 @@ from services.runtime.latency import STAGE_LATENCY
 from services.runtime.metrics import COMMIT_SECONDS, CONSUMER_LAG, MESSAGES_IN
 from services.runtime.pause import pause
 from services.runtime.progress import Progress
-from services.runtime.recovery import Mark, Plan, plan_partition, read_back_dead_letters
+from services.runtime.recovery import Mark, Plan, commit_mark, plan_partition, read_back_dead_letters
 from services.runtime.stream_io import Sink
 from services.runtime.stream_settings import PARTITIONS, StreamSettings, app_id
 from services.runtime.tuning import run_at_niceness, tune_process
@@ -306,7 +306,24 @@ class BatchStream:
             while not stop.is_set():
                 batch, generation = await self._fetch(consumer)
                 self._raise_fatal()
-                if batch and self._needs_care(batch):
+                careful = bool(batch) and self._needs_care(batch)
+                if batch and not careful:
+                    async with self._processing:  # also waits for a restore in progress
+                        self._raise_fatal()
+                        if generation != self._generation:
+                            # fetched before a revocation: the partitions may be another worker's now,
+                            # and a new assignment re-fetches from the committed offsets
+                            continue
+                        # the assignment's crash recovery plan is made under this lock, maybe while the
+                        # batch was fetched: look again now that it is done
+                        careful = self._needs_care(batch)
+                        if not careful:
+                            await self._handle_and_advance(batch)
+                            if self.settings.flush_each_batch:
+                                await self.sink.flush()
+                    if self.fault_exit_after and self.events >= self.fault_exit_after:
+                        await self._fault_exit()
+                if careful:
                     # rare (after a crash): it commits between records, so it takes the committer's
                     # lock first (lock order: _committing, _processing)
                     async with self._committing, self._processing:
@@ -316,18 +333,6 @@ class BatchStream:
                         await self._handle_with_care(batch)
                         await self.sink.push()
                         self._advance(batch)
-                elif batch:
-                    async with self._processing:  # also waits for a restore in progress
-                        self._raise_fatal()
-                        if generation != self._generation:
-                            # fetched before a revocation: the partitions may be another worker's now,
-                            # and a new assignment re-fetches from the committed offsets
-                            continue
-                        await self._handle_and_advance(batch)
-                        if self.settings.flush_each_batch:
-                            await self.sink.flush()
-                    if self.fault_exit_after and self.events >= self.fault_exit_after:
-                        await self._fault_exit()
                 if self.hooks.tick is not None:
                     async with self._processing:
                         await self.hooks.tick()
@@ -457,9 +462,11 @@ class BatchStream:
         offsets = {tp: off for tp, off in offsets.items() if tp in assigned and (only is None or tp in only)}
         if not offsets:
             return
-        mark = Mark(ts_ms=int(time.time() * 1000), clean=clean).encode()
+        now_ms = int(time.time() * 1000)
+        marks = {tp: commit_mark(now_ms, clean=clean, plan=self._plans.get(tp), careful_left=self._careful.get(tp, 0),
+                                 poison=self._poison.get(tp)).encode() for tp in offsets}
         try:
-            await self._consumer.commit({tp: (off, mark) for tp, off in offsets.items()})
+            await self._consumer.commit({tp: (off, marks[tp]) for tp, off in offsets.items()})
             self.progress.note_commit(offsets)
         except (CommitFailedError, IllegalStateError) as exc:
             # the group moved on: the partitions' next owner re-reads from the last commit

@@ -111,6 +111,17 @@ def plan_partition(committed: int | None, mark: Mark | None, *, careful_base: in
     return Plan(attempts=attempts, careful=careful, crashed=True, since_ms=mark.ts_ms)
 
 
+def commit_mark(ts_ms: int, *, clean: bool, plan: Plan | None, careful_left: int, poison: int | None) -> Mark:
+    """Pure: the mark a regular or hand-over commit carries for one partition.
+
+    While a careful pass or a pending poison is unfinished, no commit may say ``clean`` or reset the attempts:
+    a hand-over in the middle (a rebalance) would let the next owner go in batches into the record that killed
+    the last run. Such a commit keeps the plan's attempts and names the pending poison."""
+    if plan is not None and (careful_left > 0 or poison is not None):
+        return Mark(ts_ms=ts_ms, attempts=plan.attempts, careful_at=poison)
+    return Mark(ts_ms=ts_ms, clean=clean)
+
+
 DeadKey = tuple[str, int, int]
 """(source topic, partition, offset) of a dead-lettered record."""
 

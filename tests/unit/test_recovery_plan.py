@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.recovery import CAREFUL_FIRST, CAREFUL_MAX, Mark, Plan, plan_partition
+from services.runtime.recovery import CAREFUL_FIRST, CAREFUL_MAX, Mark, Plan, commit_mark, plan_partition
 
 
 @pytest.mark.parametrize("mark", [
@@ -53,3 +53,17 @@ def test_the_end_of_a_careful_pass_is_no_progress() -> None:
     """The pass's closing mark keeps the run's attempts: crashing again later widens the next pass."""
     assert plan_partition(90, Mark(ts_ms=9, attempts=2), careful_base=50).careful == 100
     assert plan_partition(90, Mark(ts_ms=9, attempts=1), careful_base=50).careful == 50
+
+
+def test_no_commit_in_the_middle_of_a_careful_pass_says_clean_or_resets_the_attempts() -> None:
+    plan = Plan(attempts=2, careful=50, crashed=True, since_ms=1)
+    handover = commit_mark(5, clean=True, plan=plan, careful_left=10, poison=None)
+    assert handover == Mark(ts_ms=5, attempts=2)
+    # the next owner goes carefully again, over a wider window
+    assert plan_partition(60, handover, careful_base=50).careful == 100
+    # a pending poison stays named, so the next owner quarantines it without another crash
+    pending = commit_mark(5, clean=False, plan=Plan(attempts=1, poison=70, crashed=True), careful_left=0, poison=70)
+    assert plan_partition(60, pending, careful_base=50).poison == 70
+    # otherwise as before: clean on hand-over, a progress mark on a regular commit
+    assert commit_mark(5, clean=True, plan=plan, careful_left=0, poison=None) == Mark(ts_ms=5, clean=True)
+    assert commit_mark(5, clean=False, plan=None, careful_left=0, poison=None) == Mark(ts_ms=5)
