@@ -70,6 +70,19 @@ class Samples:
     kinds: list[str]
 
 
+def _corunners(corunner_kinds: Sequence[str], rng: np.random.Generator) -> list[str]:
+    """1–5 co-runners drawn from ``corunner_kinds``."""
+    return [corunner_kinds[int(rng.integers(len(corunner_kinds)))] for _ in range(int(rng.integers(1, 6)))]
+
+
+def _first_pods_window(spec: Any, kinds: Sequence[str], inten: np.ndarray, rng: np.random.Generator,
+                       extended: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The features of ``kinds[0]``'s pod over one window beside the others on ``spec``, and its true pressure."""
+    pressures = np.array([KINDS[k].pressure for k in kinds]) * inten[:, None]
+    per, _, _, _ = workload_rates(spec, kinds, inten, pressures, rng)
+    return pod_features(pod_counts(per[0], rng), WINDOW_S, extended), pressures[0]
+
+
 def sample(pods: int, pod_kinds: Sequence[str], corunner_kinds: Sequence[str], seed: int,
            extended: bool = True) -> Samples:
     """``pods`` pods of ``pod_kinds`` beside 1–5 co-runners of ``corunner_kinds`` (module docstring)."""
@@ -80,13 +93,11 @@ def sample(pods: int, pod_kinds: Sequence[str], corunner_kinds: Sequence[str], s
     names: list[str] = []
     while len(xs) < pods:
         spec = specs[int(rng.integers(len(specs)))]
-        kinds = [pod_kinds[int(rng.integers(len(pod_kinds)))]]
-        kinds += [corunner_kinds[int(rng.integers(len(corunner_kinds)))] for _ in range(int(rng.integers(1, 6)))]
+        kinds = [pod_kinds[int(rng.integers(len(pod_kinds)))], *_corunners(corunner_kinds, rng)]
         inten = rng.uniform(0.5, 1.0, size=len(kinds))
-        pressures = np.array([KINDS[k].pressure for k in kinds]) * inten[:, None]
-        per, _, _, _ = workload_rates(spec, kinds, inten, pressures, rng)
-        xs.append(pod_features(pod_counts(per[0], rng), WINDOW_S, extended))
-        ys.append(pressures[0])
+        features, pressure = _first_pods_window(spec, kinds, inten, rng, extended)
+        xs.append(features)
+        ys.append(pressure)
         names.append(kinds[0])
     return Samples(np.asarray(xs), np.asarray(ys), names)
 
@@ -106,12 +117,9 @@ def repeated(pods: int, pod_kinds: Sequence[str], corunner_kinds: Sequence[str],
         spec = specs[int(rng.integers(len(specs)))]
         rows = []
         for _ in range(windows):
-            kinds = [kind] + [corunner_kinds[int(rng.integers(len(corunner_kinds)))]
-                              for _ in range(int(rng.integers(1, 6)))]
+            kinds = [kind, *_corunners(corunner_kinds, rng)]
             inten = np.concatenate([[intensity], rng.uniform(0.5, 1.0, size=len(kinds) - 1)])
-            pressures = np.array([KINDS[k].pressure for k in kinds]) * inten[:, None]
-            per, _, _, _ = workload_rates(spec, kinds, inten, pressures, rng)
-            rows.append(pod_features(pod_counts(per[0], rng), WINDOW_S, True))
+            rows.append(_first_pods_window(spec, kinds, inten, rng, True)[0])
         xs.append(np.asarray(rows))
         ys.append(np.asarray(KINDS[kind].pressure) * intensity)
         names.append(kind)
