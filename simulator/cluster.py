@@ -341,12 +341,18 @@ class SyntheticCluster:
             intensity.append(float(cap * rng.uniform(0.3, 0.98)))
         return kinds, intensity
 
+    def draw_epoch(self) -> tuple[list[str], np.ndarray]:
+        """One epoch's workloads as a node's new epoch draws them (a regime target, then the kinds and their
+        intensities that produce it): for studies of what nodes run, without running the cluster."""
+        rng = self._rng
+        target = self._regimes[int(rng.choice(len(self._regimes), p=self._weights))]
+        kinds, intensity = self._draw(target)
+        return kinds, np.array(intensity)
+
     def _new_epoch(self, i: int) -> None:
         rng = self._rng
         spec = self.specs[i]
-        target = self._regimes[int(rng.choice(len(self._regimes), p=self._weights))]
-        kinds, intensity = self._draw(target)
-        inten = np.array(intensity)
+        kinds, inten = self.draw_epoch()
         pressures = np.array([KINDS[k].pressure for k in kinds]) * inten[:, None]
         regime = regime_of(pressures)
         slowdown = class_slowdowns(pressures)

@@ -25,7 +25,9 @@ pressure exceeds 0.25 (comparable with the arena's ``--pod-pressure-noise``) —
 
 The extended model is also asked whether averaging helps: 600 held-out-kind pods seen over ``AVERAGED_WINDOWS``
 windows each (new co-runners and count noise per window), one window's estimate against the mean of all of them
-(``heldout_averaged``).
+(``heldout_averaged``), and whether the contention regime read off per-pod estimates generalises to unseen kinds
+better than the node-level regime model (``regime_from_pods``: the held-out kinds on the draws of ``borgctl eval
+regime``'s seeds 7–9, and the training kinds on a fresh seed).
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
+from contracts.models import REGIMES
 from featurelib.pod import EXTENDED_EVENTS, EXTENDED_FEATURES, WINDOW_S, pod_feature_schema_hash, pod_features
-from simulator.cluster import COL, EVENTS, node_specs_for, workload_rates
-from simulator.workloads import FREE_PRESSURE, KINDS, RESOURCES, excess
+from simulator.cluster import COL, EVENTS, SyntheticCluster, node_specs_for, workload_rates
+from simulator.workloads import FREE_PRESSURE, KINDS, REGIME_THRESHOLD, RESOURCES, excess, regime_of
 from training.corunner import card_kinds
+from training.regime.selective import risk_coverage, selective_metrics
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 KIND: Final = "pod-pressure"
@@ -53,6 +57,8 @@ RANGE_QUANTILES: Final = (0.001, 0.999)
 RANGE_MARGIN: Final = 0.1
 """Input ranges: the training features' 0.1–99.9 % quantiles, widened by 10 % of their span on each side."""
 COUNT_NOISE: Final = 0.05
+REGIME_EVAL_SEEDS: Final = (7, 8, 9)
+"""``borgctl eval regime``'s reported seeds: the per-pod regime is measured on the same held-out clusters' draws."""
 AVERAGED_WINDOWS: Final = 8
 """Windows per pod for the averaging check (``python -m training.pod_pressure``)."""
 
@@ -150,6 +156,38 @@ def within_kind_sigma(pred: np.ndarray, true: np.ndarray, kinds: Sequence[str]) 
     return out
 
 
+def regime_from_pods(model: PodPressureModel, kinds: Sequence[str], seed: int, epochs: int = 3_000,
+                     nodes: int = 32) -> dict[str, Any]:
+    """The contention regime read off per-pod estimates instead of the node's counters (issue 20's question: would
+    per-pod counters let the regime generalise to unseen kinds?). Nodes run what the regime evaluation's cluster
+    runs (:meth:`SyntheticCluster.draw_epoch` on ``kinds``: a regime target, its aggressors, gentle co-runners);
+    one 10 s window of every pod's own counts, each pod's pressure estimated, and the regime is ``regime_of`` on
+    the estimates (the label's own rule, applied to what the counters say). Confidence = how far the closest
+    resource's worst estimate is from ``REGIME_THRESHOLD`` (|log ratio|); metrics as ``borgctl eval regime``."""
+    sim = SyntheticCluster(nodes=nodes, seed=seed, workloads=list(kinds))
+    rng = np.random.default_rng(seed + 1)
+    truth: list[int] = []
+    pred: list[int] = []
+    margin: list[float] = []
+    for e in range(epochs):
+        spec = sim.specs[e % nodes]
+        names, inten = sim.draw_epoch()
+        pressures = np.array([KINDS[k].pressure for k in names]) * inten[:, None]
+        per, _, _, _ = workload_rates(spec, names, inten, pressures, rng)
+        x = np.asarray([pod_features(pod_counts(row, rng), WINDOW_S, model.extended) for row in per])
+        estimates = model.predict(x)
+        truth.append(REGIMES.index(regime_of(pressures)))
+        pred.append(REGIMES.index(regime_of(estimates)))
+        worst = np.maximum(estimates.max(axis=0), 1e-3)
+        margin.append(float(np.abs(np.log(worst / REGIME_THRESHOLD)).min()))
+    t, pr, conf = np.asarray(truth), np.asarray(pred), np.asarray(margin)
+    out = selective_metrics(t, pr, np.ones(len(t), dtype=bool), REGIMES)
+    curve = risk_coverage(t == pr, conf, np.zeros(len(t), dtype=bool), points=20)
+    out["selective_accuracy_at"] = {f"{c:.2f}": a for c, a in
+                                    zip(curve["coverage"], curve["selective_accuracy"], strict=True)}
+    return out
+
+
 class PodPressureModel:
     """One regressor per resource; ``predict`` returns pressures clipped to [0, 1]."""
 
@@ -229,6 +267,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 one, avg = averaged["one_window"][r], averaged["mean_of_windows"][r]
                 print(f"averaged {r:8s} {one['log_ratio_sigma']:.3f} -> {avg['log_ratio_sigma']:.3f}; "
                       f"within kind {averaged['mean_of_windows_within_kind_sigma'][r]:.3f}")
+            regimes = {"train_kinds": regime_from_pods(model, train_kinds, args.seed + 11)}
+            for eval_seed in REGIME_EVAL_SEEDS:
+                regimes[f"heldout_seed{eval_seed}"] = regime_from_pods(model, held, eval_seed)
+            report[key]["regime_from_pods"] = regimes
+            print("# regime = regime_of(per-pod estimates), one window: accuracy; selective accuracy at coverage 0.60",
+                  file=sys.stderr)
+            for case, m in regimes.items():
+                print(f"regime   {case:18s} {m['accuracy']:.3f}; {m['selective_accuracy_at']['0.60']:.3f}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")

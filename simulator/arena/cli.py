@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--victims", choices=("predicted", "cpi"), default="predicted",
                    help="orchestrator moves with --pod-estimates counters: find slowed pods from the estimated "
                         "pressures (predicted) or from each pod's IPC against its job's other pods (cpi, as CPI²)")
+    p.add_argument("--cpi-window", type=int, default=1,
+                   help="--victims cpi: a pod's IPC is the mean of its last this many 10 s windows (default 1)")
+    p.add_argument("--cpi-quantile", type=float, default=0.9,
+                   help="--victims cpi: the quantile of the job's IPC taken as its undisturbed IPC (default 0.9)")
+    p.add_argument("--cpi-reference", choices=("samples", "pods"), default="samples",
+                   help="--victims cpi: a job's reference IPC = the 0.9 quantile of its pods' recent samples, or of "
+                        "its pods' means (then only jobs with >= 3 measured pods answer)")
     p.add_argument("--pod-pressure-noise", type=float, default=0.2,
                    help="orchestrator moves: per-pod pressure estimate = true x exp(N(0, sigma)), this sigma")
     p.add_argument("--move-batch-only", action="store_true",
@@ -160,6 +167,12 @@ def run(args: argparse.Namespace, command: str) -> int:
     if args.victims == "cpi" and args.pod_estimates != "counters":
         print("eval arena: --victims cpi needs --pod-estimates counters (the IPC comes from the pods' counters)",
               file=sys.stderr)
+        return 2
+    if args.cpi_window < 1:
+        print("eval arena: --cpi-window must be >= 1", file=sys.stderr)
+        return 2
+    if not 0.0 < args.cpi_quantile <= 1.0:
+        print("eval arena: --cpi-quantile must be in (0, 1]", file=sys.stderr)
         return 2
     if args.pod_pressure_noise < 0:
         print("eval arena: --pod-pressure-noise must be >= 0", file=sys.stderr)
@@ -243,6 +256,8 @@ def run(args: argparse.Namespace, command: str) -> int:
                                                 if args.orchestrator_actions else None),
                                        moves=moves, load_term=args.orchestrator_load_term,
                                        pod_noise=args.pod_pressure_noise, noise_seed=args.seed, victims=args.victims,
+                                       cpi_window=args.cpi_window, cpi_reference=args.cpi_reference,
+                                       cpi_quantile=args.cpi_quantile,
                                        min_age_s=args.move_min_age_s))
         elif name == "oracle":
             policy = OraclePolicy(args.seed, view)
@@ -299,6 +314,8 @@ def run(args: argparse.Namespace, command: str) -> int:
                                 "hold_s": args.hold_s, "actions": args.orchestrator_actions,
                                 "moves": args.orchestrator_moves, "load_term": args.orchestrator_load_term,
                                 "pod_estimates": args.pod_estimates, "victims": args.victims,
+                                "cpi_window": args.cpi_window, "cpi_reference": args.cpi_reference,
+                                "cpi_quantile": args.cpi_quantile,
                                 "pod_pressure_noise": args.pod_pressure_noise,
                                 "move_min_age_s": args.move_min_age_s, "move_batch_only": args.move_batch_only,
                                 "move_margin": args.move_margin},

@@ -127,6 +127,12 @@ class OrchestratorConfig:
     victims: Literal["predicted", "cpi"] = "predicted"
     """Moves: who suffers, from the estimated pressures (predicted) or from each pod's IPC against its job's
     (cpi; needs counter estimates)."""
+    cpi_window: int = 1
+    """victims cpi: a pod's IPC is the mean of its last this many windows (:class:`JobCpi`)."""
+    cpi_reference: Literal["samples", "pods"] = "samples"
+    """victims cpi: the job's reference IPC from its pods' samples or from its pods' means (:class:`JobCpi`)."""
+    cpi_quantile: float = 0.9
+    """victims cpi: the quantile of that reference taken as the job's undisturbed IPC."""
 
 
 @dataclass
@@ -194,25 +200,61 @@ class CounterEstimator:
 
 class JobCpi:
     """Observed slowdown of a pod from its IPC against its job's other pods (the CPI² idea: Zhang et al., EuroSys
-    2013): baseline = the ``quantile`` of the job's recent IPC samples (the pods of a job run the same code), slowdown
-    = baseline / the pod's IPC now, at least 1. A job with fewer than ``min_samples`` samples gives no answer."""
+    2013): baseline = the ``quantile`` of the job's recent IPC, slowdown = baseline / the pod's IPC now, at least 1
+    (the pods of a job run the same code, so the job's best IPC is what an undisturbed pod reaches).
 
-    def __init__(self, quantile: float = 0.9, keep: int = 200, min_samples: int = 3) -> None:
+    "The pod's IPC now" is the mean of its last ``window`` samples: a window's IPC carries count and phase noise
+    that is independent from window to window (unlike a kind's bias), so a few windows average it away where one
+    window's low draw would name a pod that is not slowed at all.
+
+    The job's reference (``reference``): ``samples`` — the quantile of its last ``keep`` per-window samples of any
+    of its pods, answered once there are ``min_samples`` (so a job's single pod is judged against its own noise and
+    looks unslowed); ``pods`` — the quantile of its pods' own ``window`` means (the last ``keep`` pods seen), answered
+    only when ``min_samples`` distinct pods were measured: a job too small to compare gives no answer, and the
+    reference carries no more window noise than the pod it is compared with.
+    """
+
+    def __init__(self, quantile: float = 0.9, keep: int = 200, min_samples: int = 3, window: int = 1,
+                 reference: Literal["samples", "pods"] = "samples") -> None:
+        if not 0.0 < quantile <= 1.0 or keep < 1 or min_samples < 1 or window < 1:
+            raise ValueError("need 0 < quantile <= 1 and keep, min_samples, window >= 1")
         self.quantile = quantile
         self.keep = keep
         self.min_samples = min_samples
+        self.window = window
+        self.reference = reference
         self.samples: dict[int, deque[float]] = {}
-        self.now: dict[int, float] = {}
+        self.pods: dict[int, dict[int, None]] = {}  # job → its last ``keep`` pods, oldest first
+        self.recent: dict[int, deque[float]] = {}
 
     def record(self, job: int, task_id: int, ipc: float) -> None:
         self.samples.setdefault(job, deque(maxlen=self.keep)).append(ipc)
-        self.now[task_id] = ipc
+        self.recent.setdefault(task_id, deque(maxlen=self.window)).append(ipc)
+        pods = self.pods.setdefault(job, {})
+        pods.pop(task_id, None)
+        pods[task_id] = None
+        if len(pods) > self.keep:
+            gone = next(iter(pods))
+            del pods[gone]
+            self.recent.pop(gone, None)
+
+    def ipc_now(self, task_id: int) -> float | None:
+        mine = self.recent.get(task_id)
+        return None if not mine else sum(mine) / len(mine)
+
+    def _baseline(self, job: int) -> float | None:
+        if self.reference == "pods":
+            means = [m for t in self.pods.get(job, ()) if (m := self.ipc_now(t)) is not None]
+            values = np.asarray(means, dtype=np.float64)
+        else:
+            values = np.fromiter(self.samples.get(job, ()), dtype=np.float64)
+        return None if len(values) < self.min_samples else float(np.quantile(values, self.quantile))
 
     def slowdown(self, job: int, task_id: int) -> float | None:
-        mine, seen = self.now.get(task_id), self.samples.get(job)
-        if mine is None or mine <= 0 or seen is None or len(seen) < self.min_samples:
+        mine, baseline = self.ipc_now(task_id), self._baseline(job)
+        if mine is None or mine <= 0 or baseline is None:
             return None
-        return max(1.0, float(np.quantile(np.fromiter(seen, dtype=np.float64), self.quantile)) / mine)
+        return max(1.0, baseline / mine)
 
 
 class PodEstimates:
@@ -382,10 +424,13 @@ class Orchestrator:
         if self.cfg.moves is not None or self.cfg.load_term:
             self.estimates = PodEstimates(self.cfg.pod_noise, self.cfg.noise_seed, self.cfg.min_age_s, counters)
             if counters is not None and self.cfg.victims == "cpi":
-                self.estimates.cpi = JobCpi()
+                self.estimates.cpi = JobCpi(self.cfg.cpi_quantile, window=self.cfg.cpi_window,
+                                         reference=self.cfg.cpi_reference)
             if self.cfg.load_term:
                 policy.estimates = self.estimates
         self.moved: set[str] = set()
+        self.victim_confusion: Counter[tuple[bool, bool]] = Counter()
+        """victims cpi: (observed over the SLO, truly over it) → pod-evaluations (latency-sensitive, observed)."""
         self.moves_applied = 0
         self.moved_latency_sensitive = 0
         self.lost_work_s = 0.0
@@ -414,6 +459,12 @@ class Orchestrator:
                     "moved_latency_sensitive": float(self.moved_latency_sensitive),
                     "lost_work_task_s": self.lost_work_s, "lost_work_node_cpu_s": self.lost_cpu_s,
                     "move_cpu_s": self.move_cpu_s}
+        if self.victim_confusion:
+            c = self.victim_confusion
+            flagged, victims = c[(True, True)] + c[(True, False)], c[(True, True)] + c[(False, True)]
+            out |= {"observed_victim_evaluations": float(sum(c.values())),
+                    "observed_victim_precision": c[(True, True)] / flagged if flagged else 0.0,
+                    "observed_victim_recall": c[(True, True)] / victims if victims else 0.0}
         for kind in ("taint", "cordon", "consolidate", "evict", "hold_admission", "memory_balloon"):
             out[f"proposals_{kind}"] = float(self.proposals[kind])
             out[f"actions_{kind}"] = float(self.actions[kind])
@@ -453,9 +504,19 @@ class Orchestrator:
                                  t.arrival.latency_sensitive, est.of(t.arrival.task_id, t.arrival.workload_class),
                                  t_s - t.start_s, t.pod.milli_cpu, t.pod.memory,
                                  est.slowdown_of(t.arrival.job_id, t.arrival.task_id)) for t in tasks)
+            if est.cpi is not None:
+                self._score_victims([t.slowdown for t in tasks], pods)
             out.append(NodeLoad(self.names[i], pods, r.allocatable_milli_cpu - r.requested_milli_cpu,
                                 r.allocatable_memory - r.requested_memory, self.control.schedulable(i, t_s)))
         return out
+
+    def _score_victims(self, true_slowdowns: Sequence[float], pods: Sequence[PodLoad]) -> None:
+        """Tally observed (IPC) against true slowdown of the latency-sensitive pods that have an observation."""
+        assert self.cfg.moves is not None
+        limit = self.cfg.moves.slo_slowdown
+        for true, p in zip(true_slowdowns, pods, strict=True):
+            if p.latency_sensitive and p.slowdown is not None:
+                self.victim_confusion[(p.slowdown > limit, true > limit)] += 1
 
     def _moves(self, arena: Arena, t_s: float, now: int) -> list[Proposal]:
         assert self.cfg.moves is not None

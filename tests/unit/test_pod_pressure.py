@@ -19,6 +19,7 @@ from loadtests.arena_live.run import score_pod_pressure
 from services.pod_pressure.model import RESOURCES, load_pod_pressure_model
 from services.pod_pressure.processor import assess, record_of
 from services.runtime.model_watch import ModelRefusedError
+from simulator.arena.orchestrator import JobCpi
 from simulator.arena.world import ArenaCluster
 from simulator.cluster import COL, node_specs_for, workload_rates
 from simulator.workloads import KINDS
@@ -240,3 +241,91 @@ def test_averaging_check_separates_a_kinds_bias_from_window_noise() -> None:
     pods, true, kinds = repeated(3, list(KINDS)[:1], list(KINDS), windows=4, seed=1)
     assert [p.shape[0] for p in pods] == [4, 4, 4] and true.shape == (3, 4) and len(set(kinds)) == 1
     assert all(np.ptp(p, axis=0).max() > 0 for p in pods), "each window has new co-runners and noise"
+
+
+def test_job_relative_slowdown_by_hand() -> None:
+    cpi = JobCpi(quantile=0.5, min_samples=3)
+    cpi.record(7, 1, 2.0)
+    cpi.record(7, 2, 2.0)
+    assert cpi.slowdown(7, 1) is None  # two samples: too few to know the job's normal IPC
+    cpi.record(7, 3, 1.0)
+    assert cpi.slowdown(7, 3) == pytest.approx(2.0)  # median 2.0 / its 1.0
+    assert cpi.slowdown(7, 1) == 1.0  # never below 1
+    assert cpi.slowdown(7, 99) is None and cpi.slowdown(8, 1) is None  # unknown pod, unknown job
+    with pytest.raises(ValueError, match="window"):
+        JobCpi(window=0)
+
+
+def test_job_relative_slowdown_averages_a_pods_last_windows() -> None:
+    single, smoothed = JobCpi(quantile=0.5, window=1), JobCpi(quantile=0.5, window=3)
+    for cpi in (single, smoothed):
+        for task in (1, 2, 3):
+            cpi.record(7, task, 2.0)
+        for ipc in (2.0, 2.0, 1.0):  # one low window of a pod that is not slowed
+            cpi.record(7, 4, ipc)
+    assert single.slowdown(7, 4) == pytest.approx(2.0)
+    assert smoothed.slowdown(7, 4) == pytest.approx(2.0 / (5.0 / 3.0))
+    assert smoothed.ipc_now(4) == pytest.approx(5.0 / 3.0) and smoothed.ipc_now(5) is None
+
+
+def test_pod_reference_needs_three_pods_and_compares_means() -> None:
+    cpi = JobCpi(quantile=1.0, window=2, reference="pods")
+    for ipc in (2.0, 1.8, 2.2):  # one pod's windows: no other pod to compare with
+        cpi.record(7, 1, ipc)
+    assert cpi.slowdown(7, 1) is None
+    samples = JobCpi(quantile=1.0, window=2)  # the sample reference judges it against its own noise
+    for ipc in (2.0, 1.8, 2.2):
+        samples.record(7, 1, ipc)
+    assert samples.slowdown(7, 1) == pytest.approx(2.2 / 2.0)
+    cpi.record(7, 2, 1.0)
+    cpi.record(7, 2, 1.0)
+    cpi.record(7, 3, 2.0)
+    assert cpi.slowdown(7, 2) == pytest.approx(2.0)  # best pod mean 2.0 (pod 1: (1.8 + 2.2) / 2) over its 1.0
+    assert cpi.slowdown(7, 3) == 1.0
+
+
+def test_pod_reference_forgets_the_oldest_pods_beyond_keep() -> None:
+    cpi = JobCpi(quantile=1.0, keep=3, min_samples=2, reference="pods")
+    cpi.record(7, 1, 4.0)  # the oldest, and the job's best
+    for task in (2, 3, 4):
+        cpi.record(7, task, 1.0 + task / 10)
+    assert cpi.ipc_now(1) is None and list(cpi.pods[7]) == [2, 3, 4]
+    assert cpi.slowdown(7, 2) == pytest.approx(1.4 / 1.2)
+
+
+def test_drawn_epochs_carry_the_regime_they_were_drawn_for() -> None:
+    from simulator.cluster import SyntheticCluster
+    from simulator.workloads import regime_of
+
+    for regime in ("none", "llc", "membw", "core", "mixed"):
+        sim = SyntheticCluster(nodes=2, seed=4, regime_weights={regime: 1.0})
+        for _ in range(20):
+            kinds, inten = sim.draw_epoch()
+            pressures = np.array([KINDS[k].pressure for k in kinds]) * inten[:, None]
+            assert len(kinds) == len(inten) >= 1 and regime_of(pressures) == regime
+
+
+def test_regime_from_pods_scores_the_labels_rule_on_the_estimates() -> None:
+    from training.pod_pressure import regime_from_pods, train
+
+    kinds = sorted(KINDS)
+    model = train(kinds, pods=1_500, seed=3)
+    out = regime_from_pods(model, kinds, seed=5, epochs=150, nodes=4)
+    assert out["windows"] == 150 and out["coverage"] == 1.0
+    assert out["accuracy"] > 0.5  # chance is 0.2: five regimes drawn equally often
+    assert set(out["recall"]) == {"none", "llc", "membw", "core", "mixed"}
+    curve = out["selective_accuracy_at"]
+    assert curve["1.00"] == pytest.approx(out["accuracy"])
+    assert curve["0.30"] >= out["accuracy"]  # the confident third is right more often
+
+    class Constant:
+        """Every pod pressing 0.2 on everything: every node reads as ``none``."""
+
+        extended = True
+
+        def predict(self, x: np.ndarray) -> np.ndarray:
+            return np.full((len(x), 4), 0.2)
+
+    none = regime_from_pods(Constant(), kinds, seed=5, epochs=100, nodes=4)  # type: ignore[arg-type]
+    assert none["recall"]["none"] == 1.0 and none["recall"]["llc"] == 0.0
+    assert 0.05 < none["accuracy"] < 0.4  # right exactly on the nodes truly without contention (~1 in 5)
