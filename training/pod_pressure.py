@@ -26,8 +26,9 @@ pressure exceeds 0.25 (comparable with the arena's ``--pod-pressure-noise``) —
 The extended model is also asked whether averaging helps: 600 held-out-kind pods seen over ``AVERAGED_WINDOWS``
 windows each (new co-runners and count noise per window), one window's estimate against the mean of all of them
 (``heldout_averaged``), and whether the contention regime read off per-pod estimates generalises to unseen kinds
-better than the node-level regime model (``regime_from_pods``: the held-out kinds on the draws of ``borgctl eval
-regime``'s seeds 7–9, and the training kinds on a fresh seed).
+better than the node-level regime model (``regime_from_pods``: the held-out kinds on clusters seeded as ``borgctl
+eval regime``'s seeds 7–9 — the same node SKUs, epochs drawn by the same rule — and the training kinds on a fresh
+seed).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ RANGE_MARGIN: Final = 0.1
 """Input ranges: the training features' 0.1–99.9 % quantiles, widened by 10 % of their span on each side."""
 COUNT_NOISE: Final = 0.05
 REGIME_EVAL_SEEDS: Final = (7, 8, 9)
-"""``borgctl eval regime``'s reported seeds: the per-pod regime is measured on the same held-out clusters' draws."""
+"""``borgctl eval regime``'s reported seeds: the per-pod regime is measured on clusters seeded the same way."""
 AVERAGED_WINDOWS: Final = 8
 """Windows per pod for the averaging check (``python -m training.pod_pressure``)."""
 

@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpi-quantile", type=float, default=0.9,
                    help="--victims cpi: the quantile of the job's IPC taken as its undisturbed IPC (default 0.9)")
     p.add_argument("--cpi-reference", choices=("samples", "pods"), default="samples",
-                   help="--victims cpi: a job's reference IPC = the 0.9 quantile of its pods' recent samples, or of "
+                   help="--victims cpi: a job's reference IPC = the --cpi-quantile of its pods' recent samples, or of "
                         "its pods' means (then only jobs with >= 3 measured pods answer)")
     p.add_argument("--pod-pressure-noise", type=float, default=0.2,
                    help="orchestrator moves: per-pod pressure estimate = true x exp(N(0, sigma)), this sigma")
