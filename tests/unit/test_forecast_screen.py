@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from featurelib.load_features import DAY, N_LOAD_FEATURES
+from tests.forecast_helpers import record_vm_reads
 from training.forecast import bitbrains, screen
 from training.forecast.synthetic import write_dataset
 from training.forecast.train import split_vms
@@ -33,14 +34,7 @@ def test_candidate_features_read_no_future() -> None:
 
 def test_screen_reads_training_vms_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = write_dataset(tmp_path / "data", vms=7, start="2013-08-13T00:00:00+00:00", days=19.0, seed=5)
-    read: list[str] = []
-    real = bitbrains.load_series
-
-    def spy(vm: str, files: list[Path]) -> bitbrains.Series:
-        read.append(vm)
-        return real(vm, files)
-
-    monkeypatch.setattr(bitbrains, "load_series", spy)
+    read = record_vm_reads(monkeypatch)
     out = tmp_path / "screen.json"
     code = screen.main(["--data", str(data), "--out", str(out), "--candidates", "base,daily", "--cases",
                         "cpu5min,memory30min", "--rows-per-vm", "80", "--rounds", "5"])

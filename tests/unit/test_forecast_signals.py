@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from featurelib.load_features import DAY
+from tests.forecast_helpers import record_vm_reads
 from training.forecast import bitbrains, signals
 from training.forecast.synthetic import write_dataset
 from training.forecast.train import split_vms
@@ -72,14 +73,7 @@ def test_align_places_each_series_at_its_first_bucket() -> None:
 def test_cli_reads_the_training_vms_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     data = write_dataset(tmp_path / "data", vms=6, start="2013-08-20T00:00:00+00:00", days=6.0, seed=4)
-    read: list[str] = []
-    real = bitbrains.load_series
-
-    def spy(vm: str, files: list[Path]) -> bitbrains.Series:
-        read.append(vm)
-        return real(vm, files)
-
-    monkeypatch.setattr(bitbrains, "load_series", spy)
+    read = record_vm_reads(monkeypatch)
     out = tmp_path / "signals.json"
     assert signals.main(["--data", str(data), "--out", str(out)]) == 0
     train, held = split_vms(sorted(bitbrains.vm_files(data)), 0.2, 0)
