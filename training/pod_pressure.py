@@ -82,11 +82,18 @@ def _corunners(corunner_kinds: Sequence[str], rng: np.random.Generator) -> list[
     return [corunner_kinds[int(rng.integers(len(corunner_kinds)))] for _ in range(int(rng.integers(1, 6)))]
 
 
+def _node_rates(spec: Any, kinds: Sequence[str], inten: np.ndarray, rng: np.random.Generator
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Each pod's counter rates on ``spec`` (co-runners' slowdown included) and its true pressure (kind × intensity)."""
+    pressures = np.array([KINDS[k].pressure for k in kinds]) * inten[:, None]
+    per, _, _, _ = workload_rates(spec, kinds, inten, pressures, rng)
+    return per, pressures
+
+
 def _first_pods_window(spec: Any, kinds: Sequence[str], inten: np.ndarray, rng: np.random.Generator,
                        extended: bool) -> tuple[np.ndarray, np.ndarray]:
     """The features of ``kinds[0]``'s pod over one window beside the others on ``spec``, and its true pressure."""
-    pressures = np.array([KINDS[k].pressure for k in kinds]) * inten[:, None]
-    per, _, _, _ = workload_rates(spec, kinds, inten, pressures, rng)
+    per, pressures = _node_rates(spec, kinds, inten, rng)
     return pod_features(pod_counts(per[0], rng), WINDOW_S, extended), pressures[0]
 
 
@@ -173,8 +180,7 @@ def regime_from_pods(model: PodPressureModel, kinds: Sequence[str], seed: int, e
     for e in range(epochs):
         spec = sim.specs[e % nodes]
         names, inten = sim.draw_epoch()
-        pressures = np.array([KINDS[k].pressure for k in names]) * inten[:, None]
-        per, _, _, _ = workload_rates(spec, names, inten, pressures, rng)
+        per, pressures = _node_rates(spec, names, inten, rng)
         x = np.asarray([pod_features(pod_counts(row, rng), WINDOW_S, model.extended) for row in per])
         estimates = model.predict(x)
         truth.append(REGIMES.index(regime_of(pressures)))
