@@ -489,6 +489,41 @@ async def _action_counts(bootstrap: str, prefix: str, say: Callable[[str], None]
     return out
 
 
+def tally_proposals(proposals: Sequence[Any]) -> dict[str, float]:
+    """Proposals by agent and kind (``proposals_<agent>_<kind>``)."""
+    out: dict[str, float] = {}
+    for p in proposals:
+        key = f"proposals_{p.agent}_{p.kind}"
+        out[key] = out.get(key, 0.0) + 1
+    return out
+
+
+def tally_risk(records: Sequence[Any], threshold: float = 0.6) -> dict[str, float]:
+    """risk.v2 records: how many, the share whose inputs were in the model's range, how many in-range ones
+    reached ``threshold`` (the reliability and admission agents' default) at any horizon, the highest
+    probability, and which inputs were out of range (``risk_out_of_range_<input>``: records naming it)."""
+    in_range = [r for r in records if r.in_range]
+    out = {"risk_records": float(len(records)),
+           "risk_in_range_share": len(in_range) / len(records) if records else 0.0,
+           "risk_at_threshold": float(sum(1 for r in in_range if max(h.probability for h in r.horizons) >= threshold)),
+           "risk_max_p": max((h.probability for r in records for h in r.horizons), default=0.0)}
+    for r in records:
+        for name in r.out_of_range:
+            out[f"risk_out_of_range_{name}"] = out.get(f"risk_out_of_range_{name}", 0.0) + 1
+    return out
+
+
+async def _decoded(bootstrap: str, prefix: str, topic: str, model: Any) -> list[Any]:
+    """Every record of the pass's ``topic`` that decodes as ``model`` (others are skipped)."""
+    from contracts import ContractError, decode
+
+    out = []
+    for r in await _read_topic(bootstrap, f"{prefix}{topic}", topic_spec(topic).partitions):
+        with contextlib.suppress(ContractError):
+            out.append(decode(model, r.value))
+    return out
+
+
 async def _pod_pressure_scores(bootstrap: str, prefix: str, truth: dict[str, tuple[float, ...]]) -> dict[str, float]:
     """The pass's podpressure.v1 records scored against the pods' true pressure (``score_pod_pressure``)."""
     from contracts import ContractError, decode
@@ -514,6 +549,8 @@ class LiveContext:
     """EXTENDER_WEIGHT_CORUNNER of the extender process (0: off, as the service's default)."""
     stretch: bool = True
     """Complete each pod when its slowed-down work is done (False: after its nominal time)."""
+    risk: bool = False
+    """The orchestrator pass also runs the cluster watcher and the risk stage (risk evictions, admission holds)."""
 
 
 async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: LiveContext) -> dict[str, float]:
@@ -568,6 +605,18 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                             "LOG_LEVEL": "INFO"},
                            ctx.work),
                 ]
+                if ctx.risk:
+                    # task events and queue state from this run's namespace, and failure risk on them (Kubernetes
+                    # units scaled by the kwok nodes' size, featurelib.borg_units): the admission agent's risk
+                    # evictions and holds can act
+                    procs += [
+                        _spawn("cluster-watcher", ["cluster-watcher"],
+                               {**env, "WATCHER_KUBECONFIG": str(ctx.kubeconfig), "WATCHER_NAMESPACE": arena.namespace,
+                                "WATCHER_CLUSTER": name_of(run_id, policy)}, ctx.work),
+                        _spawn("risk", ["risk"],
+                               {**env, "RISK_LARGEST_NODE_CPU": f"{NODE_CPU_M / 1000:g}",
+                                "RISK_LARGEST_NODE_MEMORY_GIB": f"{NODE_MEMORY_MIB / 1024:g}"}, ctx.work),
+                    ]
             procs += [
                 _spawn("features", ["features"], env, ctx.work),
                 _spawn("regime", ["regime"], env, ctx.work),
@@ -681,6 +730,11 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         if policy == "orchestrator":
             out.update(await _action_counts(ctx.bootstrap, prefix, ctx.progress))
             out.update(await _pod_pressure_scores(ctx.bootstrap, prefix, truth))
+            from contracts.models import FailureRiskV2, Proposal
+
+            out.update(tally_proposals(await _decoded(ctx.bootstrap, prefix, Topic.PROPOSALS, Proposal)))
+            if ctx.risk:
+                out.update(tally_risk(await _decoded(ctx.bootstrap, prefix, Topic.RISK, FailureRiskV2)))
         out["placed"] = float(len({r.task_id for r in runs if r.node}))
         out["unfinished"] = float(len({r.task_id for r in runs} - finished_tasks(runs)))
         out["wall_s"] = time.monotonic() - started
@@ -718,6 +772,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="EXTENDER_WEIGHT_CORUNNER of the live extender, 0-1 (0 = off; > 0 watches the pods)")
     p.add_argument("--no-stretch", dest="stretch", action="store_false",
                    help="run every pod for its nominal time (slowdown accounted only), as before 2026-11-27")
+    p.add_argument("--orchestrator-risk", action="store_true",
+                   help="orchestrator pass: also run the cluster watcher and the risk stage (task events, failure "
+                        "risk: the admission agent's risk evictions and queue holds)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
     return p
@@ -785,7 +842,7 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = LiveContext(bootstrap(), Path(kube.stdout.strip()), args.out, args.seed, progress,
-                      args.extender_weight, args.extender_corunner_weight, args.stretch)
+                      args.extender_weight, args.extender_corunner_weight, args.stretch, args.orchestrator_risk)
     progress(
         f"{len(arrivals)} arrivals over {size.horizon_s:.0f} arena s ({size.time_scale:.0f}x faster than "
         f"that in wall time) on {size.nodes} kwok nodes; held-out kinds {', '.join(kinds)}"
@@ -822,6 +879,7 @@ async def run(args: argparse.Namespace) -> int:
             "heldout_kinds": kinds,
             "extender_weight": args.extender_weight,
             "extender_corunner_weight": args.extender_corunner_weight,
+            "orchestrator_risk": args.orchestrator_risk,
             "summary": summary,
             "completion": ("stretched: each pod completes when its work, worn down by its slowdown, is done"
                            if args.stretch else

@@ -71,6 +71,9 @@ class PodLoad:
     None: the rule predicts it from the estimated pressures."""
     tolerations: tuple[tuple[str, str, str, str], ...] = ()
     """(key, operator, value, effect) of each toleration, as in the pod spec ("" where unset)."""
+    cleared: frozenset[str] = frozenset()
+    """Keys of co-runners it ran beside without being slowed (:mod:`services.agents.clearance`): none of them is
+    what slows it now (read only with ``MoveSettings.attribute``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,10 @@ class MoveSettings:
     """A node is hot only when an estimate puts a latency-sensitive pod above ``slo_slowdown + margin``."""
     batch_only: bool = False
     """Move only pods that are not latency-sensitive (a moved one restarts exposed for all its work)."""
+    attribute: bool = False
+    """Blame by history: a victim with an observed slowdown is relieved by removing a co-runner only if that
+    co-runner is not in its ``cleared`` set, and surely relieved when every co-runner left would be cleared
+    (its worst co-runner sets its slowdown). Off: the estimates alone say whose removal relieves whom."""
 
     def __post_init__(self) -> None:
         if self.slo_slowdown <= 1.0:
@@ -160,6 +167,19 @@ def hot_nodes(nodes: Sequence[NodeLoad], s: MoveSettings, model: Slowdowns = tas
         for p, v in zip(n.pods, _slowdowns(n.pods, model).tolist(), strict=True)))
 
 
+def _relieves(pods: Sequence[PodLoad], victim: int, removed: int, after: float, before: float,
+              s: MoveSettings) -> bool:
+    """With ``attribute``: does removing ``pods[removed]`` bring ``pods[victim]`` back under the SLO?"""
+    cleared = pods[victim].cleared
+    if pods[victim].slowdown is None:
+        return after <= s.slo_slowdown and after < before
+    if pods[removed].key in cleared:
+        return False  # it ran beside the victim without slowing it: not the cause
+    if all(p.key in cleared for m, p in enumerate(pods) if m not in (victim, removed)):
+        return True  # only cleared co-runners would remain, none of which slowed it alone
+    return after <= s.slo_slowdown and after < before
+
+
 def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = frozenset(),
          model: Slowdowns = task_slowdowns) -> list[Move]:
     """The moves worth proposing now, best first (module docstring)."""
@@ -183,8 +203,12 @@ def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = fro
                 continue
             keep = [j for j in range(len(pods)) if j != k]
             after = _slowdowns([pods[j] for j in keep], model).tolist()
-            relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
-                                          if over[j] and v <= s.slo_slowdown and v < predicted[j])
+            if s.attribute:
+                relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
+                                              if over[j] and _relieves(pods, j, k, v, predicted[j], s))
+            else:
+                relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
+                                              if over[j] and v <= s.slo_slowdown and v < predicted[j])
             if relieved == 0:
                 continue
             if found is not None and (relieved, not pod.latency_sensitive, -pod.age_s) <= found.rank():

@@ -58,6 +58,8 @@ class TaskPod(PodRequest):
     latency_sensitive: bool = False
     task_id: int = -1
     """The arena task it runs (what a per-pod estimate is kept under; never read by the oracle)."""
+    job_id: int = -1
+    """Its job (a job-level estimate prior reads it; never read by the oracle)."""
 
 
 @dataclass

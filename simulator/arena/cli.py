@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpi-reference", choices=("samples", "pods"), default="samples",
                    help="--victims cpi: a job's reference IPC = the --cpi-quantile of its pods' recent samples, or of "
                         "its pods' means (then only jobs with >= 3 measured pods answer)")
+    p.add_argument("--pod-estimates-job-prior", action="store_true",
+                   help="orchestrator moves / load term: a pod not measured yet is guessed at the mean estimate of "
+                        "its job's measured pods (else its class's guess)")
+    p.add_argument("--cpi-clearance", type=float, default=None, metavar="LIMIT",
+                   help="--victims cpi: blame by history: a co-runner present through a pod's last --cpi-window "
+                        "windows while its observed slowdown stayed <= LIMIT is never moved to relieve that pod "
+                        "(services.agents.clearance; default off)")
     p.add_argument("--pod-pressure-noise", type=float, default=0.2,
                    help="orchestrator moves: per-pod pressure estimate = true x exp(N(0, sigma)), this sigma")
     p.add_argument("--move-batch-only", action="store_true",
@@ -174,11 +181,15 @@ def run(args: argparse.Namespace, command: str) -> int:
     if not 0.0 < args.cpi_quantile <= 1.0:
         print("eval arena: --cpi-quantile must be in (0, 1]", file=sys.stderr)
         return 2
+    if args.cpi_clearance is not None and (args.victims != "cpi" or args.cpi_clearance < 1.0):
+        print("eval arena: --cpi-clearance needs --victims cpi and a LIMIT >= 1", file=sys.stderr)
+        return 2
     if args.pod_pressure_noise < 0:
         print("eval arena: --pod-pressure-noise must be >= 0", file=sys.stderr)
         return 2
     try:
-        moves = (MoveSettings(min_age_s=args.move_min_age_s, batch_only=args.move_batch_only, margin=args.move_margin)
+        moves = (MoveSettings(min_age_s=args.move_min_age_s, batch_only=args.move_batch_only, margin=args.move_margin,
+                              attribute=args.cpi_clearance is not None)
                  if args.orchestrator_moves else None)
     except ValueError as exc:
         print(f"eval arena: {exc}", file=sys.stderr)
@@ -257,8 +268,8 @@ def run(args: argparse.Namespace, command: str) -> int:
                                        moves=moves, load_term=args.orchestrator_load_term,
                                        pod_noise=args.pod_pressure_noise, noise_seed=args.seed, victims=args.victims,
                                        cpi_window=args.cpi_window, cpi_reference=args.cpi_reference,
-                                       cpi_quantile=args.cpi_quantile,
-                                       min_age_s=args.move_min_age_s))
+                                       cpi_quantile=args.cpi_quantile, cpi_clearance=args.cpi_clearance,
+                                       job_prior=args.pod_estimates_job_prior, min_age_s=args.move_min_age_s))
         elif name == "oracle":
             policy = OraclePolicy(args.seed, view)
         elif name == "learned":  # same regime path as the extender: its state is what the extender sees
@@ -315,7 +326,8 @@ def run(args: argparse.Namespace, command: str) -> int:
                                 "moves": args.orchestrator_moves, "load_term": args.orchestrator_load_term,
                                 "pod_estimates": args.pod_estimates, "victims": args.victims,
                                 "cpi_window": args.cpi_window, "cpi_reference": args.cpi_reference,
-                                "cpi_quantile": args.cpi_quantile,
+                                "cpi_quantile": args.cpi_quantile, "cpi_clearance": args.cpi_clearance,
+                                "pod_estimates_job_prior": args.pod_estimates_job_prior,
                                 "pod_pressure_noise": args.pod_pressure_noise,
                                 "move_min_age_s": args.move_min_age_s, "move_batch_only": args.move_batch_only,
                                 "move_margin": args.move_margin},

@@ -116,7 +116,7 @@ class Controller(Protocol):
 
 def pod_of(a: Arrival) -> TaskPod:
     return TaskPod(max(1, round(a.cpu * NODE_MILLI_CPU)), max(1, round(a.memory * NODE_MEMORY)),
-                   a.workload_class, a.pressure, a.latency_sensitive, a.task_id)
+                   a.workload_class, a.pressure, a.latency_sensitive, a.task_id, a.job_id)
 
 
 class Arena:

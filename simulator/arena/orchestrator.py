@@ -67,6 +67,7 @@ from contracts.models import (
 from contracts.topics import Topic
 from featurelib.pod import WINDOW_S, pod_features
 from services.agents import admission_policy, efficiency_policy, interference_policy, reliability_policy
+from services.agents.clearance import Clearance
 from services.agents.interference_policy import MoveSettings, NodeLoad, PodLoad
 from services.agents.proposals import Candidate
 from services.agents.settings import AdmissionSettings, EfficiencySettings, ReliabilitySettings
@@ -133,6 +134,12 @@ class OrchestratorConfig:
     """victims cpi: the job's reference IPC from its pods' samples or from its pods' means (:class:`JobCpi`)."""
     cpi_quantile: float = 0.9
     """victims cpi: the quantile of that reference taken as the job's undisturbed IPC."""
+    job_prior: bool = False
+    """A pod not measured yet is guessed at the mean estimate of its job's measured pods (the pods of a job run
+    the same code), before falling back on its class's guess."""
+    cpi_clearance: float | None = None
+    """victims cpi: blame by history (:mod:`services.agents.clearance`) with this limit; None: off. The moves'
+    ``MoveSettings.attribute`` must be set for the rule to read it."""
 
 
 @dataclass
@@ -278,6 +285,12 @@ class PodEstimates:
         self.known: dict[int, tuple[float, float, float, float]] = {}
         self.cpi: JobCpi | None = None
         """Set (with ``counters``): every measured pod's IPC is read each evaluation for job-relative slowdowns."""
+        self.job_prior = False
+        """Set: an unmeasured pod of a job with measured pods is guessed at their mean estimate."""
+        self._job_sums: dict[int, tuple[np.ndarray, int]] = {}
+        self._job_of: dict[int, int] = {}
+        self.clearance: Clearance | None = None
+        """Set (with ``cpi``): who ran beside each latency-sensitive pod while it was not slowed."""
 
     def observe(self, arena: Arena, t_s: float) -> None:
         for i, tasks in enumerate(arena.residents):
@@ -285,17 +298,38 @@ class PodEstimates:
                 for t, ipc in zip(tasks, self.counters.ipc(i, [t.arrival for t in tasks]), strict=True):
                     if t_s - t.start_s >= self.min_age_s:
                         self.cpi.record(t.arrival.job_id, t.arrival.task_id, ipc)
+                        if self.clearance is not None and t.arrival.latency_sensitive:
+                            me = task_key(t.arrival)
+                            self.clearance.record(me, frozenset(task_key(o.arrival) for o in tasks) - {me})
+            if self.job_prior:
+                for t in tasks:
+                    self._job_of[t.arrival.task_id] = t.arrival.job_id
             new = [k for k, t in enumerate(tasks)
                    if t.arrival.task_id not in self.known and t_s - t.start_s >= self.min_age_s]
             if not new:
                 continue
             if self.counters is not None:
                 estimates = self.counters.estimate(i, [t.arrival for t in tasks], new)
-                for k, e in zip(new, estimates, strict=True):
-                    self.known[tasks[k].arrival.task_id] = e
             else:
-                for k in new:
-                    self.known[tasks[k].arrival.task_id] = self._measure(tasks[k].arrival.pressure)
+                estimates = [self._measure(tasks[k].arrival.pressure) for k in new]
+            for k, e in zip(new, estimates, strict=True):
+                self.known[tasks[k].arrival.task_id] = e
+                if self.job_prior:
+                    total, n = self._job_sums.get(tasks[k].arrival.job_id, (np.zeros(4), 0))
+                    self._job_sums[tasks[k].arrival.job_id] = (total + np.asarray(e), n + 1)
+
+        if self.clearance is not None and self.cpi is not None:
+            running = set()
+            for tasks in arena.residents:
+                for t in tasks:
+                    if t.arrival.latency_sensitive and t_s - t.start_s >= self.min_age_s:
+                        me = task_key(t.arrival)
+                        running.add(me)
+                        self.clearance.judge(me, self.cpi.slowdown(t.arrival.job_id, t.arrival.task_id))
+            self.clearance.retain(running)
+
+    def cleared(self, a: Arrival) -> frozenset[str]:
+        return frozenset() if self.clearance is None else self.clearance.cleared(task_key(a))
 
     def _measure(self, pressure: Sequence[float]) -> tuple[float, float, float, float]:
         v = [min(1.0, max(0.0, p * (self._rng.lognormvariate(0.0, self.noise) if self.noise > 0 else 1.0)))
@@ -305,9 +339,17 @@ class PodEstimates:
     def slowdown_of(self, job: int, task_id: int) -> float | None:
         return None if self.cpi is None else self.cpi.slowdown(job, task_id)
 
-    def of(self, task_id: int, workload_class: str) -> tuple[float, float, float, float]:
+    def of(self, task_id: int, workload_class: str, job_id: int | None = None) -> tuple[float, float, float, float]:
+        """``job_id``: the pod's job when the caller knows it (else the one seen running, with ``job_prior``)."""
         known = self.known.get(task_id)
-        return known if known is not None else CLASS_PRESSURE_GUESS[CLASS_INDEX[workload_class]]
+        if known is not None:
+            return known
+        if self.job_prior:
+            seen = self._job_sums.get(self._job_of.get(task_id, -1) if job_id is None else job_id)
+            if seen is not None:
+                m = seen[0] / seen[1]
+                return float(m[0]), float(m[1]), float(m[2]), float(m[3])
+        return CLASS_PRESSURE_GUESS[CLASS_INDEX[workload_class]]
 
 
 def taint_toleration_scores(counts: Sequence[int]) -> list[int]:
@@ -364,7 +406,8 @@ class OrchestratorPolicy:
         cfg = self.extender.cfg
         cls = pod.workload_class if isinstance(pod, TaskPod) else "cpu_bound"
         ls = isinstance(pod, TaskPod) and pod.latency_sensitive
-        mine = est.of(pod.task_id, cls) if isinstance(pod, TaskPod) else CLASS_PRESSURE_GUESS[CLASS_INDEX[cls]]
+        mine = (est.of(pod.task_id, cls, pod.job_id) if isinstance(pod, TaskPod)
+                else CLASS_PRESSURE_GUESS[CLASS_INDEX[cls]])
 
         def node_score(i: int, c: int, cards: Sequence[NodeCard]) -> int:
             residents = [(int(k), est.of(tid, WORKLOAD_CLASSES[int(k)]), bool(sensitive))
@@ -423,9 +466,12 @@ class Orchestrator:
         self.estimates: PodEstimates | None = None
         if self.cfg.moves is not None or self.cfg.load_term:
             self.estimates = PodEstimates(self.cfg.pod_noise, self.cfg.noise_seed, self.cfg.min_age_s, counters)
+            self.estimates.job_prior = self.cfg.job_prior
             if counters is not None and self.cfg.victims == "cpi":
                 self.estimates.cpi = JobCpi(self.cfg.cpi_quantile, window=self.cfg.cpi_window,
                                          reference=self.cfg.cpi_reference)
+                if self.cfg.cpi_clearance is not None:
+                    self.estimates.clearance = Clearance(self.cfg.cpi_window, self.cfg.cpi_clearance)
             if self.cfg.load_term:
                 policy.estimates = self.estimates
         self.moved: set[str] = set()
@@ -503,7 +549,8 @@ class Orchestrator:
             pods = tuple(PodLoad(task_key(t.arrival), f"j{t.arrival.job_id}", t.arrival.workload_class,
                                  t.arrival.latency_sensitive, est.of(t.arrival.task_id, t.arrival.workload_class),
                                  t_s - t.start_s, t.pod.milli_cpu, t.pod.memory,
-                                 est.slowdown_of(t.arrival.job_id, t.arrival.task_id)) for t in tasks)
+                                 est.slowdown_of(t.arrival.job_id, t.arrival.task_id),
+                                 cleared=est.cleared(t.arrival)) for t in tasks)
             if est.cpi is not None:
                 self._score_victims([t.slowdown for t in tasks], pods)
             out.append(NodeLoad(self.names[i], pods, r.allocatable_milli_cpu - r.requested_milli_cpu,

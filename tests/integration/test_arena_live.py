@@ -65,3 +65,30 @@ def test_live_arena_quick_runs_both_policies_through_the_real_system(
     rows = {(r["case"], r["metric"]) for r in doc["results"]}
     assert ("kube-default", "slo_violation_task_s") in rows and ("extender", "slo_violation_task_s") in rows
     assert all(r["bench"] == "arena-live" for r in doc["results"])
+
+
+@pytest.mark.timeout(600)
+def test_live_arena_orchestrator_pass_runs_the_deciding_side_and_the_risk_stage(
+    kube_admin: Path,  # noqa: F811
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    """The orchestrator pass with ``--orchestrator-risk``: agents, referee, pod-pressure, cluster watcher and risk
+    run beside the extender on the real broker and API server; every task is placed and finishes, and the risk
+    stage scored the run's pods from the watcher's task events."""
+    out = tmp_path / "live"
+    code = live.main(["--quick", "--nodes", "4", "--horizon-s", "150", "--synthetic", "120", "--seed", "3",
+                      "--policies", "orchestrator", "--orchestrator-risk", "--extender-corunner-weight", "0.5",
+                      "--extender-weight", "2", "--out", str(out), "--quiet"])
+    assert code == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["details"]["orchestrator_risk"] is True
+    m = doc["details"]["summary"]["orchestrator"]
+    arrivals = doc["details"]["arrivals"]["tasks_kept"]
+    assert m["placed"] == arrivals and m["unfinished"] == 0, m
+    assert m["extender_filter_calls"] >= arrivals  # the extender answered for every pod
+    assert m["risk_records"] > 0, m  # task events from the watcher reached the risk stage, which published risk.v2
+    assert 0.0 <= m["risk_in_range_share"] <= 1.0 and 0.0 <= m["risk_max_p"] <= 1.0
+    # what the referee did is accounted from its actions topic, and each action answers a proposal it weighed
+    acted = m["actions_applied"] + m["actions_refused"] + m["actions_failed"]
+    assert acted <= sum(v for k, v in m.items() if k.startswith("proposals_"))

@@ -78,10 +78,11 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
                        "--seed", "2", "-q", "--extender-inputs", "none", "--extender-corunner-weight", "1",
                        "--orchestrator-moves", "--pod-estimates", "counters", "--victims", "cpi",
                        "--cpi-window", "3", "--cpi-reference", "pods", "--cpi-quantile", "1",
-                       "--out", str(counters)]) == 0
+                       "--cpi-clearance", "1.2", "--pod-estimates-job-prior", "--out", str(counters)]) == 0
     details = orjson.loads((counters / "results.json").read_bytes())["details"]["orchestrator"]
     assert (details["pod_estimates"], details["victims"]) == ("counters", "cpi")
     assert (details["cpi_window"], details["cpi_reference"], details["cpi_quantile"]) == (3, "pods", 1.0)
+    assert (details["cpi_clearance"], details["pod_estimates_job_prior"]) == (1.2, True)
     row = orjson.loads((counters / "results.json").read_bytes())["details"]["summary"]["orchestrator"]
     assert row["observed_victim_evaluations"] > 0  # latency-sensitive pods judged by their IPC, scored on the truth
     assert 0.0 <= row["observed_victim_precision"] <= 1.0 and 0.0 <= row["observed_victim_recall"] <= 1.0
@@ -91,6 +92,8 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
     assert "--cpi-quantile must be in (0, 1]" in capsys.readouterr().err
     assert eval_arena(["--synthetic", "10", "--victims", "cpi", "--out", str(tmp_path / "y")]) == 2
     assert "--victims cpi needs --pod-estimates counters" in capsys.readouterr().err
+    assert eval_arena(["--synthetic", "10", "--cpi-clearance", "1.2", "--out", str(tmp_path / "t")]) == 2
+    assert "--cpi-clearance needs --victims cpi and a LIMIT >= 1" in capsys.readouterr().err
     assert eval_arena(["--synthetic", "10", "--orchestrator-moves", "--move-margin", "-1", "--out",
                        str(tmp_path / "z")]) == 2
     assert "move setting margin must be >= 0" in capsys.readouterr().err

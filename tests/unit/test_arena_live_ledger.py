@@ -193,3 +193,29 @@ def test_start_delay_is_submit_to_the_first_tick_seen_running() -> None:
     delays = c.start_delays()
     assert delays["mean_start_delay_s"] == pytest.approx(20.0)
     assert delays["p95_start_delay_s"] == pytest.approx(20.0)
+
+
+def test_the_passes_proposals_and_risk_records_are_tallied() -> None:
+    from contracts.models import AgentName, FailureRiskV2, HorizonRisk, Proposal, ProposalKind, TargetRef
+    from loadtests.arena_live.run import tally_proposals, tally_risk
+
+    node = TargetRef(kind="Node", name="n1")
+    kinds: list[tuple[AgentName, ProposalKind]] = [("admission", "taint"), ("admission", "taint"),
+                                                   ("reliability", "evict")]
+    proposals = [Proposal(proposal_id=f"p{i}", agent=agent, kind=kind, target=node, payload={}, score=0.5,
+                          ts_ms=1_700_000_000_000) for i, (agent, kind) in enumerate(kinds)]
+    assert tally_proposals(proposals) == {"proposals_admission_taint": 2.0, "proposals_reliability_evict": 1.0}
+
+    def risk(p: float, out_of_range: list[str]) -> FailureRiskV2:
+        return FailureRiskV2(target_kind="task", target="ns/t", ts_ms=1_700_000_000_000,
+                             input_ts_ms=1_700_000_000_000, model_version="m",
+                             horizons=[HorizonRisk(horizon_s=300, probability=p / 2),
+                                       HorizonRisk(horizon_s=900, probability=p)], out_of_range=out_of_range)
+
+    out = tally_risk([risk(0.7, []), risk(0.9, ["priority"]), risk(0.2, []), risk(0.1, ["priority", "cpu_request"])])
+    assert out["risk_records"] == 4 and out["risk_in_range_share"] == 0.5
+    assert out["risk_at_threshold"] == 1  # 0.9 reached it but was out of range: never counted as actionable
+    assert out["risk_max_p"] == 0.9
+    assert (out["risk_out_of_range_priority"], out["risk_out_of_range_cpu_request"]) == (2, 1)
+    assert tally_risk([]) == {"risk_records": 0.0, "risk_in_range_share": 0.0, "risk_at_threshold": 0.0,
+                              "risk_max_p": 0.0}

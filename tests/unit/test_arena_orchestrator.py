@@ -235,3 +235,22 @@ def test_pod_estimates_measure_once_after_a_window_and_guess_the_class_before() 
     assert all(0.0 <= v <= 1.0 for v in noisy[0].of(2, "memory_bound"))
     with pytest.raises(ValueError):
         PodEstimates(-0.1, seed=1, min_age_s=10.0)
+
+
+def test_the_job_prior_guesses_an_unmeasured_pod_at_its_jobs_measured_mean() -> None:
+    from simulator.arena.orchestrator import PodEstimates
+    from simulator.workloads import CLASS_PRESSURE_GUESS
+
+    arena, _ = _crowded(moves=False)
+    arena._place(0.0, deque(arena.arrivals))  # tasks 2 and 3 (job 8, memory hogs) start on node 0 at t = 0
+    est = PodEstimates(0.0, seed=1, min_age_s=10.0)
+    est.job_prior = True
+    est.observe(arena, 5.0)
+    assert est.of(99, "memory_bound", job_id=8) == CLASS_PRESSURE_GUESS[2]  # nothing of job 8 measured yet
+    est.observe(arena, 10.0)
+    # a new pod of job 8 (task 99, never seen): the mean of tasks 2 and 3's estimates, not the class guess
+    assert est.of(99, "memory_bound", job_id=8) == pytest.approx((0.4, 0.9, 0.1, 0.05))
+    assert est.of(99, "memory_bound", job_id=1234) == CLASS_PRESSURE_GUESS[2]  # a job never measured
+    off = PodEstimates(0.0, seed=1, min_age_s=10.0)
+    off.observe(arena, 10.0)
+    assert off.of(99, "memory_bound", job_id=8) == CLASS_PRESSURE_GUESS[2]  # default: the class guess

@@ -58,6 +58,7 @@ def test_columns_per_candidate() -> None:
     assert daily & weekly == set(range(N_LOAD_FEATURES))
     assert both == daily | weekly
     assert len(both) == N_LOAD_FEATURES + len(screen.EXTRA_NAMES)
+    assert set(screen._columns("all_io").tolist()) == both | set(screen._columns("io").tolist())
 
 
 def test_error_structure_counts_big_jumps() -> None:
@@ -68,3 +69,53 @@ def test_error_structure_counts_big_jumps() -> None:
     out = screen.error_structure(screen.Rows(x, y), jump_pp=5.0)
     assert out["cpu 5min"]["error_share_of_big_jumps"] == pytest.approx(20 / 29)
     assert out["memory 30min"]["share_of_points_with_big_jumps"] == pytest.approx(0.1)
+
+
+def test_io_features_align_on_the_load_buckets_and_read_no_future() -> None:
+    rng = np.random.default_rng(9)
+    n = 2 * DAY
+    io = rng.uniform(0, 8, size=(n - 5, 2))  # the I/O series starts 5 buckets after the load's
+    rows = np.arange(n)
+    before = screen.io_features(105, io, 100, n, rows)
+    assert before.shape == (n, len(screen.IO_NAMES))
+    names = list(screen.IO_NAMES)
+    assert np.isnan(before[4, names.index("disk_last")])
+    assert before[5, names.index("disk_last")] == io[0, 0]
+    assert before[9, names.index("net_lag3")] == io[1, 1]
+    assert before[20, names.index("disk_mean_1h")] == pytest.approx(io[4:16, 0].mean())
+    k = DAY
+    changed = io.copy()
+    changed[k - 4:] = rng.uniform(0, 8, size=changed[k - 4:].shape)  # every bucket after k (load index k + 1 on)
+    after = screen.io_features(105, changed, 100, n, rows)
+    np.testing.assert_array_equal(before[: k + 1], after[: k + 1])
+
+
+def test_io_candidates_read_the_io_columns(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "data", vms=6, start="2013-08-13T00:00:00+00:00", days=19.0, seed=6)
+    out = tmp_path / "screen.json"
+    assert screen.main(["--data", str(data), "--out", str(out), "--candidates", "base,io", "--cases", "cpu5min",
+                        "--rows-per-vm", "60", "--rounds", "5"]) == 0
+    doc = orjson.loads(out.read_bytes())
+    assert 0 < doc["results"]["io"]["cpu 5min"]["wape"] < 1
+    io_cols = set(screen._columns("io").tolist()) - set(screen._columns("base").tolist())
+    assert len(io_cols) == len(screen.IO_NAMES) and min(io_cols) == N_LOAD_FEATURES + len(screen.EXTRA_NAMES)
+    t, disk, net = bitbrains.load_io(sorted(bitbrains.vm_files(data)["1"]))
+    assert len(t) > 1000 and np.all(np.diff(t) > 0)
+    np.testing.assert_allclose(disk, np.log1p(0.0 + 1.0))  # the generator's constant read / write KB/s
+    np.testing.assert_allclose(net, np.log1p(0.5 + 0.5))
+
+
+def test_io_columns_missing_or_bad_name_the_file(tmp_path: Path) -> None:
+    from training.errors import IngestError
+
+    bad = tmp_path / "7.csv"
+    bad.write_text("Timestamp [ms];\tCPU usage [%];\tMemory capacity provisioned [KB];\tMemory usage [KB]\n"
+                   "1372629804;\t1.5;\t8.0;\t1.0\n")
+    with pytest.raises(IngestError, match=r"7\.csv: I/O columns unreadable \(header lacks 'Disk read"):
+        bitbrains.load_io([bad])
+    neg = tmp_path / "8.csv"
+    neg.write_text("Timestamp [ms];\tDisk read throughput [KB/s];\tDisk write throughput [KB/s];\t"
+                   "Network received throughput [KB/s];\tNetwork transmitted throughput [KB/s]\n"
+                   "1372629804;\t-1;\t0;\t0;\t0\n")
+    with pytest.raises(IngestError, match=r"8\.csv: I/O columns must be finite numbers >= 0"):
+        bitbrains.load_io([neg])

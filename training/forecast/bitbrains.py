@@ -30,6 +30,8 @@ CPU_PCT: Final = "CPU usage [%]"
 MEM_CAP: Final = "Memory capacity provisioned [KB]"
 MEM_USED: Final = "Memory usage [KB]"
 REQUIRED: Final = (TIME, CPU_PCT, MEM_CAP, MEM_USED)
+IO_COLUMNS: Final = ("Disk read throughput [KB/s]", "Disk write throughput [KB/s]",
+                     "Network received throughput [KB/s]", "Network transmitted throughput [KB/s]")
 
 
 class BitbrainsLineError(IngestError, ValueError):
@@ -173,3 +175,31 @@ def load_series(vm: str, files: list[Path]) -> Series:
         return Series(vm, np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), tuple(files))
     return Series(vm, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
                   np.concatenate([p[3] for p in parts]), tuple(p[0] for p in parts))
+
+
+def load_io(files: list[Path]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time_s, log1p(disk read + write KB/s), log1p(network received + transmitted KB/s)) of one VM's files, in
+    time order. For the recipe screen only (``training.forecast.screen``, candidates ``io``): ``NodeState`` has no
+    I/O, so nothing served reads these columns. A missing column or a value that is not a finite number >= 0 is
+    an :class:`IngestError` naming the file."""
+    parts: list[np.ndarray] = []
+    for path in files:
+        try:
+            frame = pl.read_csv(path, separator=";", infer_schema=False, has_header=True)
+            frame = frame.rename({c: c.strip() for c in frame.columns})
+            missing = [c for c in (TIME, *IO_COLUMNS) if c not in frame.columns]
+            if missing:
+                raise ValueError(f"header lacks {', '.join(repr(m) for m in missing)}")
+            a = frame.select(pl.col(c).str.strip_chars().cast(pl.Float64, strict=True)
+                             for c in (TIME, *IO_COLUMNS)).to_numpy()
+        except (pl.exceptions.PolarsError, ValueError, OSError, EOFError, UnicodeDecodeError) as exc:
+            raise IngestError(f"{path}: I/O columns unreadable ({exc})") from None
+        if not np.isfinite(a).all() or (a < 0).any():
+            raise IngestError(f"{path}: I/O columns must be finite numbers >= 0")
+        if len(a):
+            parts.append(a)
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
+    parts.sort(key=lambda a: float(a[0, 0]))
+    a = np.concatenate(parts)
+    return a[:, 0].astype(np.int64), np.log1p(a[:, 1] + a[:, 2]), np.log1p(a[:, 3] + a[:, 4])

@@ -18,7 +18,10 @@ Candidates (``--candidates``, comma-separated):
   > 2 × its day mean + 2 pp), share of the last hour above the day mean, lags 24 and 36, and the change
   the series made yesterday between now and the target time (``day_hS - day_h0``);
 * ``weekly`` — plus same time last week (at now and at each target), its change, and the week's mean;
-* ``all`` — ``daily`` + ``weekly``.
+* ``all`` — ``daily`` + ``weekly``;
+* ``io`` / ``all_io`` — ``base`` / ``all`` plus the trace's disk and network throughput (``log1p`` of read +
+  write and of received + transmitted KB/s: the last bucket, lags 1–3, means of the last hour and day). Not in
+  ``NodeState``, so not servable as is: this asks whether such an input would be worth adding.
 
 The extra features are computed here only (numpy); they are candidates, not served inputs. Rows per
 fitting VM: ``--rows-per-vm`` (the shipped recipe samples 400).
@@ -30,7 +33,7 @@ import argparse
 import datetime as dt
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -54,7 +57,8 @@ from training.forecast.model import Params
 from training.forecast.train import DEFAULT_TRAIN_END, split_vms
 
 WEEK: Final = 7 * DAY
-CANDIDATES: Final = ("base", "abs", "norm", "daily", "weekly", "all")
+CANDIDATES: Final = ("base", "abs", "norm", "daily", "weekly", "all", "io", "all_io")
+IO_CANDIDATES: Final = frozenset({"io", "all_io"})
 DEFAULT_VAL_START: Final = "2013-08-15T00:00:00+00:00"
 
 
@@ -107,16 +111,44 @@ EXTRA_NAMES: Final = tuple(f"{r}_{k}" for r in RESOURCES for k in _extra(np.zero
 DAILY: Final = ("since_spike", "share_above_1h", "lag24", "lag36", *(f"day_delta_h{s}" for s in HORIZON_STEPS))
 
 
+IO_NAMES: Final = tuple(f"{k}_{s}" for k in ("disk", "net") for s in ("last", "lag1", "lag2", "lag3", "mean_1h",
+                                                                         "mean_1d"))
+
+
+def io_features(first_io: int, io: np.ndarray, first: int, n: int, rows: np.ndarray) -> np.ndarray:
+    """``IO_NAMES`` at ``rows`` of a VM whose load buckets start at ``first`` (``n`` of them); ``io``: its
+    [buckets, 2] disk / network bucket means starting at ``first_io``. Reads buckets <= row only."""
+    grid = np.full((n, 2), np.nan)
+    lo, hi = max(first_io, first), min(first_io + len(io), first + n)
+    if hi > lo:
+        grid[lo - first : hi - first] = io[lo - first_io : hi - first_io]
+    cols = []
+    for j in range(2):
+        x = grid[:, j]
+        csum = np.r_[0.0, np.cumsum(np.nan_to_num(x))]
+        ccnt = np.r_[0, np.cumsum(~np.isnan(x))]
+        means = []
+        for width in (12, DAY):
+            start = np.maximum(rows + 1 - width, 0)
+            cnt = ccnt[rows + 1] - ccnt[start]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means.append(np.where(cnt > 0, (csum[rows + 1] - csum[start]) / np.maximum(cnt, 1), np.nan))
+        cols += [x[rows], _shift(x, rows, 1), _shift(x, rows, 2), _shift(x, rows, 3), *means]
+    return np.stack(cols, axis=1) if len(rows) else np.zeros((0, len(IO_NAMES)))
+
+
 def _columns(candidate: str) -> np.ndarray:
-    """Column indices of the feature matrix a candidate reads."""
+    """Column indices of the feature matrix a candidate reads (the I/O columns follow the extras)."""
     base = list(range(len(LOAD_FEATURE_INDEX)))
     want: set[str] = set()
-    if candidate in ("daily", "all"):
+    if candidate in ("daily", "all", "all_io"):
         want |= set(DAILY)
-    if candidate in ("weekly", "all"):
+    if candidate in ("weekly", "all", "all_io"):
         want |= {k.split("_", 1)[1] for k in EXTRA_NAMES if "week" in k or k.endswith("_1w")}
     extra = [len(base) + i for i, k in enumerate(EXTRA_NAMES) if k.split("_", 1)[1] in want]
-    return np.array(base + extra, dtype=np.int64)
+    io = (list(range(len(base) + len(EXTRA_NAMES), len(base) + len(EXTRA_NAMES) + len(IO_NAMES)))
+          if candidate in IO_CANDIDATES else [])
+    return np.array(base + extra + io, dtype=np.int64)
 
 
 def vm_rows(first: int, buckets: np.ndarray, pick: np.ndarray) -> Rows:
@@ -132,8 +164,8 @@ def vm_rows(first: int, buckets: np.ndarray, pick: np.ndarray) -> Rows:
     return Rows(np.concatenate([load_features_matrix(first, buckets, pick), ex], axis=1), y)
 
 
-def _concat(parts: list[Rows]) -> Rows:
-    width = len(LOAD_FEATURE_INDEX) + len(EXTRA_NAMES)
+def _concat(parts: list[Rows], with_io: bool = False) -> Rows:
+    width = len(LOAD_FEATURE_INDEX) + len(EXTRA_NAMES) + (len(IO_NAMES) if with_io else 0)
     if not parts:
         return Rows(np.zeros((0, width)), np.zeros((0, len(RESOURCES), len(HORIZON_STEPS))))
     return Rows(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]))
@@ -148,7 +180,8 @@ class Split:
 
 
 def build_split(data: Path, seed: int, val_start_s: int, train_end_s: int, rows_per_vm: int,
-                stop_rows_per_vm: int = 100, max_vms: int | None = None) -> Split:
+                stop_rows_per_vm: int = 100, max_vms: int | None = None, with_io: bool = False) -> Split:
+    """``with_io``: the rows carry ``IO_NAMES`` after the extras (``bitbrains.load_io``)."""
     files = bitbrains.vm_files(data)
     train_vms, _held = split_vms(sorted(files), 0.2, seed)  # the held-out VMs are never read
     if max_vms is not None:
@@ -166,16 +199,30 @@ def build_split(data: Path, seed: int, val_start_s: int, train_end_s: int, rows_
         now_s = (np.arange(len(buckets)) + first + 1) * STEP_S
         ok = ~np.isnan(buckets).any(axis=1)
         late = ok & (now_s + last > val_start_s) & (now_s + last <= train_end_s)
+        rows_of = _row_maker(files[vm], first, buckets, with_io)
         if vm in val_vms:
-            val.append(vm_rows(first, buckets, np.flatnonzero(late)))
+            val.append(rows_of(np.flatnonzero(late)))
             continue
         early = np.flatnonzero(ok & (now_s + last <= val_start_s))
         late_idx = np.flatnonzero(late)
-        fit.append(vm_rows(first, buckets, np.sort(rng.choice(early, min(rows_per_vm, len(early)), replace=False))))
-        stop.append(vm_rows(first, buckets, np.sort(rng.choice(late_idx, min(stop_rows_per_vm, len(late_idx)),
-                                                                replace=False))))
-    return Split(_concat(fit), _concat(stop), _concat(val), {"fit": len(train_vms) - len(val_vms),
-                                                             "validation": len(val_vms)})
+        fit.append(rows_of(np.sort(rng.choice(early, min(rows_per_vm, len(early)), replace=False))))
+        stop.append(rows_of(np.sort(rng.choice(late_idx, min(stop_rows_per_vm, len(late_idx)), replace=False))))
+    return Split(_concat(fit, with_io), _concat(stop, with_io), _concat(val, with_io),
+                 {"fit": len(train_vms) - len(val_vms), "validation": len(val_vms)})
+
+
+def _row_maker(files: list[Path], first: int, buckets: np.ndarray, with_io: bool) -> Callable[[np.ndarray], Rows]:
+    """One VM's rows at the picked buckets, with its I/O columns when ``with_io``."""
+    if not with_io:
+        return lambda pick: vm_rows(first, buckets, pick)
+    t, disk, net = bitbrains.load_io(files)
+    first_io, io = bucketize(t, disk, net)  # the same 300 s buckets as the load (means of log1p KB/s)
+
+    def rows_of(pick: np.ndarray) -> Rows:
+        r = vm_rows(first, buckets, pick)
+        return Rows(np.concatenate([r.x, io_features(first_io, io, first, len(buckets), pick)], axis=1), r.y)
+
+    return rows_of
 
 
 def _scale(x: np.ndarray, r: int) -> np.ndarray:
@@ -301,7 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"unknown candidate(s) {', '.join(unknown)} (one of {', '.join(CANDIDATES)})")
     val_start = int(dt.datetime.fromisoformat(DEFAULT_VAL_START).timestamp())
     end = int(dt.datetime.fromisoformat(DEFAULT_TRAIN_END).timestamp())
-    split = build_split(args.data, args.seed, val_start, end, args.rows_per_vm, max_vms=args.max_vms)
+    split = build_split(args.data, args.seed, val_start, end, args.rows_per_vm, max_vms=args.max_vms,
+                        with_io=bool(IO_CANDIDATES & set(candidates)))
     params = Params(rounds=args.rounds, threads=args.threads)
     results = screen(split, candidates, _parse_cases(args.cases), params, args.seed, args.coverage)
     doc = {"command": "python -m training.forecast.screen " + " ".join(sys.argv[1:] if argv is None else argv),
