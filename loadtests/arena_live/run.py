@@ -464,17 +464,13 @@ async def _read_topic(bootstrap: str, topic: str, partitions: int, limit_s: floa
 async def _action_counts(bootstrap: str, prefix: str, say: Callable[[str], None]) -> dict[str, float]:
     """The referee's ActionResults of the pass, by outcome (``actions_applied``, ``actions_refused`` …) and the
     taints and evictions among those applied; each refusal or failure is told through ``say``."""
-    from contracts import ActionResult, ContractError, decode
+    from contracts import ActionResult
 
     out: dict[str, float] = {f"actions_{o}": 0.0 for o in ("applied", "refused", "failed")}
     out["decisions_declined"] = 0.0
     out["taints_applied"] = 0.0
     out["evictions_applied"] = 0.0
-    for r in await _read_topic(bootstrap, f"{prefix}{Topic.ACTIONS}", topic_spec(Topic.ACTIONS).partitions):
-        try:
-            result = decode(ActionResult, r.value)
-        except ContractError:
-            continue
+    for result in await _decoded(bootstrap, prefix, Topic.ACTIONS, ActionResult):
         # a "none" decision (no proposal qualified) is the referee declining, not a refused write
         key = "decisions_declined" if result.action == "none" else f"actions_{result.outcome}"
         out[key] = out.get(key, 0.0) + 1
@@ -526,14 +522,9 @@ async def _decoded(bootstrap: str, prefix: str, topic: str, model: Any) -> list[
 
 async def _pod_pressure_scores(bootstrap: str, prefix: str, truth: dict[str, tuple[float, ...]]) -> dict[str, float]:
     """The pass's podpressure.v1 records scored against the pods' true pressure (``score_pod_pressure``)."""
-    from contracts import ContractError, decode
     from contracts.models import PodPressure
 
-    records = []
-    for r in await _read_topic(bootstrap, f"{prefix}{Topic.PODPRESSURE}", topic_spec(Topic.PODPRESSURE).partitions):
-        with contextlib.suppress(ContractError):
-            records.append(decode(PodPressure, r.value))
-    return score_pod_pressure(records, truth)
+    return score_pod_pressure(await _decoded(bootstrap, prefix, Topic.PODPRESSURE, PodPressure), truth)
 
 
 @dataclass(frozen=True)

@@ -169,9 +169,10 @@ def hot_nodes(nodes: Sequence[NodeLoad], s: MoveSettings, model: Slowdowns = tas
 
 def _relieves(pods: Sequence[PodLoad], victim: int, removed: int, after: float, before: float,
               s: MoveSettings) -> bool:
-    """With ``attribute``: does removing ``pods[removed]`` bring ``pods[victim]`` back under the SLO?"""
+    """Does removing ``pods[removed]`` bring ``pods[victim]`` back under the SLO? On the estimates (``after``,
+    ``before``: its predicted slowdown without and with it), and with ``attribute`` on its history as well."""
     cleared = pods[victim].cleared
-    if pods[victim].slowdown is None:
+    if not s.attribute or pods[victim].slowdown is None:
         return after <= s.slo_slowdown and after < before
     if pods[removed].key in cleared:
         return False  # it ran beside the victim without slowing it: not the cause
@@ -203,12 +204,8 @@ def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = fro
                 continue
             keep = [j for j in range(len(pods)) if j != k]
             after = _slowdowns([pods[j] for j in keep], model).tolist()
-            if s.attribute:
-                relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
-                                              if over[j] and _relieves(pods, j, k, v, predicted[j], s))
-            else:
-                relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
-                                              if over[j] and v <= s.slo_slowdown and v < predicted[j])
+            relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
+                                          if over[j] and _relieves(pods, j, k, v, predicted[j], s))
             if relieved == 0:
                 continue
             if found is not None and (relieved, not pod.latency_sensitive, -pod.age_s) <= found.rank():

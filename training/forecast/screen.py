@@ -78,10 +78,8 @@ def _shift(x: np.ndarray, rows: np.ndarray, j: int) -> np.ndarray:
     return out
 
 
-def _extra(x: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Candidate features of one resource at ``rows``; reads buckets <= row only."""
-    n = len(x)
-    idx = np.arange(n)
+def _means_back(x: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray]:
+    """``mean_back(at, width)``: the mean of the valid buckets ``at - width + 1 … at`` of ``x`` (NaN if none)."""
     csum = np.r_[0.0, np.cumsum(np.nan_to_num(x))]
     ccnt = np.r_[0, np.cumsum(~np.isnan(x))]
 
@@ -91,6 +89,14 @@ def _extra(x: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(cnt > 0, (csum[at + 1] - csum[lo]) / np.maximum(cnt, 1), np.nan)
 
+    return mean_back
+
+
+def _extra(x: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Candidate features of one resource at ``rows``; reads buckets <= row only."""
+    n = len(x)
+    idx = np.arange(n)
+    mean_back = _means_back(x)
     day_mean = mean_back(idx, DAY)
     with np.errstate(invalid="ignore"):
         spike = x > 2.0 * day_mean + 2.0
@@ -125,15 +131,9 @@ def io_features(first_io: int, io: np.ndarray, first: int, n: int, rows: np.ndar
     cols = []
     for j in range(2):
         x = grid[:, j]
-        csum = np.r_[0.0, np.cumsum(np.nan_to_num(x))]
-        ccnt = np.r_[0, np.cumsum(~np.isnan(x))]
-        means = []
-        for width in (12, DAY):
-            start = np.maximum(rows + 1 - width, 0)
-            cnt = ccnt[rows + 1] - ccnt[start]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                means.append(np.where(cnt > 0, (csum[rows + 1] - csum[start]) / np.maximum(cnt, 1), np.nan))
-        cols += [x[rows], _shift(x, rows, 1), _shift(x, rows, 2), _shift(x, rows, 3), *means]
+        mean_back = _means_back(x)
+        cols += [x[rows], _shift(x, rows, 1), _shift(x, rows, 2), _shift(x, rows, 3), mean_back(rows, 12),
+                 mean_back(rows, DAY)]
     return np.stack(cols, axis=1) if len(rows) else np.zeros((0, len(IO_NAMES)))
 
 
