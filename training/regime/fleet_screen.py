@@ -115,12 +115,13 @@ def screen_draw(train: SimWindows, evals: dict[int, SimWindows], in_dist: SimWin
     """Every variant's accuracy and selective accuracy per eval seed (and their mean) for one training draw."""
     cols = columns(regime_feature_names("pmu_levels"))
     xt, ix, px = train.x[:, cols], in_dist.x[:, cols], pool.x[:, cols]
+    xt_ranked = rank_within(xt)
     raw = fit_classifier(xt, train.regime, seed=seed)
-    ranked = fit_classifier(rank_within(xt), train.regime, seed=seed)
+    ranked = fit_classifier(xt_ranked, train.regime, seed=seed)
     models = {"raw": raw, "rank": ranked,
               "raw_pseudo": with_pseudo_labels(raw, xt, train.regime, px, pseudo_share, seed),
-              "rank_pseudo": with_pseudo_labels(ranked, rank_within(xt), train.regime, rank_within(px),
-                                                pseudo_share, seed)}
+              "rank_pseudo": with_pseudo_labels(ranked, xt_ranked, train.regime, rank_within(px), pseudo_share,
+                                                seed)}
     inputs: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
         "raw": ("raw", lambda x: x),
         "rank": ("rank", rank_within),
@@ -191,9 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pseudo-share", type=float, default=0.3, help="most confident share of the pool pseudo-labelled")
     p.add_argument("--quick", action="store_true", help="tiny clusters (a smoke run, figures meaningless)")
     args = p.parse_args(argv)
-    for name in ("copies", "nodes"):
-        if getattr(args, name) < (0 if name == "copies" else 1):
-            p.error(f"--{name} must be positive")
+    if args.copies < 0:
+        p.error("--copies must be 0 or more")
+    if args.nodes < 1:
+        p.error("--nodes must be at least 1")
     if not 0.0 < args.pseudo_share <= 1.0:
         p.error("--pseudo-share must be in (0, 1]")
     if args.stream_windows < 100:
