@@ -39,6 +39,7 @@ import xgboost as xgb
 from simulator.workloads import holdout_split
 from training.regime.model import columns, regime_feature_names
 from training.regime.randomize import randomized_kinds
+from training.regime.selective import ranking_key
 from training.regime.simwindows import SimWindows, simulate_windows
 
 EVAL_SEEDS: Final = (7, 8, 9)
@@ -95,7 +96,8 @@ def fit_classifier(x: np.ndarray, y: np.ndarray, *, seed: int, trees: int = 80, 
 def accuracy_and_selective(probs: np.ndarray, truth: np.ndarray, coverage: float = COVERAGE) -> tuple[float, float]:
     """(accuracy of the top class, accuracy of the ``coverage`` most confident rows)."""
     hit = probs.argmax(axis=1) == truth
-    order = np.argsort(-probs.max(axis=1), kind="stable")
+    # most confident first, as the risk-coverage curve of `eval regime` orders them (nothing hard-abstains here)
+    order = np.argsort(ranking_key(probs.max(axis=1), np.zeros(len(truth), dtype=bool)), kind="stable")
     top = max(1, int(coverage * len(truth)))
     return float(hit.mean()), float(hit[order[:top]].mean())
 
