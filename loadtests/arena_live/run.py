@@ -396,7 +396,7 @@ async def _extender_counts(port: int) -> dict[str, float]:
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
         text = await r.text()
     out = {"extender_filter_calls": 0.0, "extender_prioritize_calls": 0.0, "extender_regime_labels": 0.0,
-           "extender_corunner_updates": 0.0}
+           "extender_corunner_updates": 0.0, "extender_load_updates": 0.0, "extender_pressure_records": 0.0}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "borg_extender_request_seconds_count":
@@ -407,6 +407,10 @@ async def _extender_counts(port: int) -> dict[str, float]:
                 out["extender_regime_labels"] += sample.value
             elif sample.name == "borg_extender_corunner_updates_total":
                 out["extender_corunner_updates"] += sample.value
+            elif sample.name == "borg_extender_load_updates_total":  # the load term (EXTENDER_LOAD_TERM)
+                out["extender_load_updates"] += sample.value
+            elif sample.name == "borg_extender_pressure_records_total":
+                out["extender_pressure_records"] += sample.value
     return out
 
 
@@ -542,6 +546,8 @@ class LiveContext:
     """Complete each pod when its slowed-down work is done (False: after its nominal time)."""
     risk: bool = False
     """The orchestrator pass also runs the cluster watcher and the risk stage (risk evictions, admission holds)."""
+    load_term: bool = False
+    """The orchestrator pass's extender scores on the pods' podpressure.v1 estimates (EXTENDER_LOAD_TERM)."""
 
 
 async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: LiveContext) -> dict[str, float]:
@@ -616,7 +622,11 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                     ["scheduler-extender"],
                     {**env, "EXTENDER_HOST": "127.0.0.1", "EXTENDER_PORT": str(port),
                      "EXTENDER_WEIGHT_CORUNNER": str(ctx.corunner_weight),
-                     "EXTENDER_KUBECONFIG": str(ctx.kubeconfig)},
+                     "EXTENDER_KUBECONFIG": str(ctx.kubeconfig),
+                     # only the orchestrator pass runs the pod-pressure stage the load term reads; its estimates
+                     # re-read once per counter window (10 arena-s), as the offline arena's load term sees them
+                     **({"EXTENDER_LOAD_TERM": "true", "EXTENDER_LOAD_RECHECK_S": f"{10.0 / size.time_scale:g}"}
+                        if ctx.load_term and policy == "orchestrator" else {})},
                     ctx.work,
                 ),
             ]
@@ -766,6 +776,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orchestrator-risk", action="store_true",
                    help="orchestrator pass: also run the cluster watcher and the risk stage (task events, failure "
                         "risk: the admission agent's risk evictions and queue holds)")
+    p.add_argument("--orchestrator-load-term", action="store_true",
+                   help="orchestrator pass: the extender's co-runner term on the pods' podpressure.v1 estimates "
+                        "(EXTENDER_LOAD_TERM; needs --extender-corunner-weight > 0)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
     return p
@@ -793,6 +806,9 @@ async def run(args: argparse.Namespace) -> int:
                                                            and args.extender_weight < 0):
         print("eval arena --live: --extender-corunner-weight must be in [0, 1] and --extender-weight >= 0",
               file=sys.stderr)
+        return 2
+    if args.orchestrator_load_term and args.extender_corunner_weight <= 0:
+        print("eval arena --live: --orchestrator-load-term needs --extender-corunner-weight > 0", file=sys.stderr)
         return 2
     size = QUICK if args.quick else FULL
     if args.nodes is not None or args.horizon_s is not None:
@@ -833,7 +849,8 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = LiveContext(bootstrap(), Path(kube.stdout.strip()), args.out, args.seed, progress,
-                      args.extender_weight, args.extender_corunner_weight, args.stretch, args.orchestrator_risk)
+                      args.extender_weight, args.extender_corunner_weight, args.stretch, args.orchestrator_risk,
+                      args.orchestrator_load_term)
     progress(
         f"{len(arrivals)} arrivals over {size.horizon_s:.0f} arena s ({size.time_scale:.0f}x faster than "
         f"that in wall time) on {size.nodes} kwok nodes; held-out kinds {', '.join(kinds)}"
@@ -871,6 +888,7 @@ async def run(args: argparse.Namespace) -> int:
             "extender_weight": args.extender_weight,
             "extender_corunner_weight": args.extender_corunner_weight,
             "orchestrator_risk": args.orchestrator_risk,
+            "orchestrator_load_term": args.orchestrator_load_term,
             "summary": summary,
             "completion": ("stretched: each pod completes when its work, worn down by its slowdown, is done"
                            if args.stretch else

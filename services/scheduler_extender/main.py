@@ -3,7 +3,8 @@
 With ``EXTENDER_POLICY=learned`` the learned placement Q-table (``EXTENDER_PLACEMENT_MODEL_DIR``, its
 ``CURRENT`` re-read every ``MODEL_POLL_S`` seconds) scores every prioritize call in shadow beside the
 heuristic, which still answers. With ``EXTENDER_WEIGHT_CORUNNER`` > 0 the classes of the pods bound to each
-node enter its scores (the co-runner term). Either needs list/watch on Pods and Nodes
+node enter its scores (the co-runner term); with ``EXTENDER_LOAD_TERM=true`` too, their per-pod pressure
+estimates from podpressure.v1 (the load term). Either needs list/watch on Pods and Nodes
 (``EXTENDER_KUBECONFIG``, else KUBECONFIG or the pod's ServiceAccount). A model that cannot be loaded at
 start-up exits 2.
 """
@@ -24,8 +25,9 @@ from services.runtime.pause import pause
 from services.runtime.service import serve_main
 from services.scheduler_extender.extender import Extender
 from services.scheduler_extender.podindex import PodIndex
+from services.scheduler_extender.pressures import PressureBook
 from services.scheduler_extender.reader import StateReader
-from services.scheduler_extender.residents import follow_pods
+from services.scheduler_extender.residents import LoadFollower, follow_pods
 from services.scheduler_extender.scoring import ScoringConfig
 from services.scheduler_extender.server import ExtenderServer
 from services.scheduler_extender.settings import ExtenderSettings
@@ -60,9 +62,15 @@ def scoring_config(s: ExtenderSettings) -> ScoringConfig:
     )
 
 
-def build(settings: ExtenderSettings) -> tuple[Extender, ExtenderServer, StateReader]:
-    """The extender's parts, wired but not started (tests and the benchmark use this too)."""
+def build(
+    settings: ExtenderSettings, index: PodIndex | None = None
+) -> tuple[Extender, ExtenderServer, StateReader]:
+    """The extender's parts, wired but not started (tests and the benchmark use this too). With the load term
+    and a pod ``index``, the reader hands podpressure.v1 to the store's ``LoadFollower`` (``reader.loads``)."""
     store = NodeStateStore(scoring_config(settings))
+    loads = None
+    if settings.load_term and index is not None:
+        loads = LoadFollower(store, index, PressureBook(int(settings.pressure_max_age_s * 1000)))
     extender = Extender(store, class_key=settings.class_key, default_class=settings.default_class)
     server = ExtenderServer(
         extender,
@@ -71,16 +79,29 @@ def build(settings: ExtenderSettings) -> tuple[Extender, ExtenderServer, StateRe
         prefix=settings.path_prefix,
         span_detail_max_nodes=settings.span_detail_max_nodes,
     )
-    reader = StateReader(bootstrap=settings.kafka_bootstrap, store=store, topic_prefix=settings.topic_prefix)
+    reader = StateReader(
+        bootstrap=settings.kafka_bootstrap,
+        store=store,
+        topic_prefix=settings.topic_prefix,
+        on_pressure=loads.estimate if loads is not None else None,
+        pressure_lookback_ms=int(settings.pressure_max_age_s * 1000),
+    )
+    reader.loads = loads
     return extender, server, reader
 
 
-async def sweep(store: NodeStateStore, stop: asyncio.Event) -> None:
-    """Recompute cards whose inputs went stale, off the request path; renumber node ids once most are gone."""
-    last_compact = time.monotonic()
+async def sweep(
+    store: NodeStateStore, stop: asyncio.Event, loads: LoadFollower | None = None, recheck_s: float = 5.0
+) -> None:
+    """Recompute cards whose inputs went stale, off the request path; renumber node ids once most are gone;
+    with the load term, re-read every node's per-pod estimates every ``recheck_s``."""
+    last_compact = last_recheck = time.monotonic()
     while not stop.is_set():
         await pause(stop, SWEEP_S)
         store.refresh_expired(int(time.time() * 1000))
+        if loads is not None and time.monotonic() - last_recheck >= recheck_s:
+            last_recheck = time.monotonic()
+            await loads.recheck_sliced()
         if time.monotonic() - last_compact >= FORGET_S:
             last_compact = time.monotonic()
             if store.compact_ids():
@@ -161,14 +182,19 @@ def start_shadow(
 
 
 async def body(settings: ExtenderSettings, stop: asyncio.Event, health: HealthServer) -> None:
-    extender, server, reader = build(settings)
+    index: PodIndex | None = None
+    if settings.policy == "learned" or settings.weight_corunner > 0:
+        index = PodIndex(class_key=settings.class_key, default_class=settings.default_class)
+    extender, server, reader = build(settings, index)
     health.add_check("http", lambda: server.running)
     health.add_check("state_caught_up", reader.caught_up.is_set)
     shadow_tasks: list[asyncio.Task[None]] = []
     loaded: list[asyncio.Event] = []
-    if settings.policy == "learned" or settings.weight_corunner > 0:
-        index = PodIndex(class_key=settings.class_key, default_class=settings.default_class)
-        if settings.weight_corunner > 0:
+    if index is not None:
+        if settings.load_term:
+            log.info("load term on (weight %.2f): pods/nodes watched, podpressure.v1 read (estimates kept %.0f s)",
+                     settings.weight_corunner, settings.pressure_max_age_s)
+        elif settings.weight_corunner > 0:
             # not a readiness check either: until the watch has listed, nodes score as without the term
             follow_pods(extender.store, index)
             log.info("co-runner term on (weight %.2f): pods/nodes watched", settings.weight_corunner)
@@ -180,7 +206,7 @@ async def body(settings: ExtenderSettings, stop: asyncio.Event, health: HealthSe
     await server.start()
     tasks = [
         asyncio.create_task(reader.run(stop), name="state-reader"),
-        asyncio.create_task(sweep(extender.store, stop), name="sweeper"),
+        asyncio.create_task(sweep(extender.store, stop, reader.loads, settings.load_recheck_s), name="sweeper"),
         *shadow_tasks,
     ]
     freezer = asyncio.create_task(freeze_after_catch_up(reader, *loaded), name="gc-freeze")

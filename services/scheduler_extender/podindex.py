@@ -37,6 +37,7 @@ class PodEntry(NamedTuple):
     milli_cpu: int
     memory: int
     class_index: int
+    uid: str = ""
 
 
 def pod_class_index(pod: Obj, class_key: str, default_class: str) -> int:
@@ -77,6 +78,10 @@ class PodIndex:
     def pods(self) -> int:
         return len(self._pods)
 
+    def entries(self, node: str) -> tuple[PodEntry, ...]:
+        """The pods bound to ``node`` (any non-terminal phase)."""
+        return tuple(self._by_node.get(node, {}).values())
+
     # ------------------------------------------------------------------ nodes
 
     def apply_node(self, kind: str, node: Obj) -> None:
@@ -114,7 +119,8 @@ class PodIndex:
             self._by_node.get(old.node, {}).pop(key, None)
         if kind != "DELETED" and isinstance(node, str) and node and phase not in TERMINAL_PHASES:
             cpu, mem = pod_requests(pod)
-            entry = PodEntry(node, cpu, mem, pod_class_index(pod, self.class_key, self.default_class))
+            uid = str(meta.get("uid") or "")
+            entry = PodEntry(node, cpu, mem, pod_class_index(pod, self.class_key, self.default_class), uid)
             self._pods[key] = entry
             self._by_node.setdefault(node, {})[key] = entry
             if old is None or old != entry:

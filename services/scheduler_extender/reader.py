@@ -1,5 +1,7 @@
 """Reads regimes.v2 / anomalies.v1 / risk.v2 / forecasts.v1 from the beginning into the node state store,
-and actions.v1 for the decisions later placements link to.
+and actions.v1 for the decisions later placements link to. With the load term, podpressure.v1 too: a stream
+(one record per pod and window, kept 6 h), so it is read only from ``pressure_lookback_ms`` before start-up
+(older estimates are stale anyway) and handed to ``on_pressure``.
 
 Runs on the shared `TopicReader` (services/runtime/topic_reader.py): no consumer group, every
 partition read from the beginning on every start (compaction keeps the latest value per key),
@@ -16,16 +18,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiokafka import ConsumerRecord
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from prometheus_client import Counter
 
 from contracts import ContractError, decode
-from contracts.models import ActionResult
-from contracts.topics import topic_spec
+from contracts.models import ActionResult, PodPressure
+from contracts.topics import Topic, topic_spec
 from services.runtime.topic_reader import Outcome, ReaderStats, TopicReader, TopicsMissingError
 from services.scheduler_extender.state import ACTIONS_TOPIC, STATE_TOPICS, NodeStateStore
+
+if TYPE_CHECKING:
+    from services.scheduler_extender.residents import LoadFollower
 
 STATE_MESSAGES = Counter("borg_extender_state_messages_total", "State records read", ["topic", "outcome"])
 
@@ -42,16 +47,23 @@ class StateReader:
         client_id: str = "scheduler-extender",
         clock: Callable[[], float] = time.time,
         retry_s: float = 2.0,
+        on_pressure: Callable[[PodPressure], object] | None = None,
+        pressure_lookback_ms: int = 60_000,
     ) -> None:
         self.store = store
+        self.on_pressure = on_pressure
+        self.loads: LoadFollower | None = None  # the load term's follower behind ``on_pressure`` (main.build)
+        self.pressure_lookback_ms = pressure_lookback_ms
+        self.clock = clock
         self._reader = TopicReader(
             bootstrap=bootstrap,
-            topics=[*STATE_TOPICS, ACTIONS_TOPIC],
+            topics=[*STATE_TOPICS, ACTIONS_TOPIC, *([Topic.PODPRESSURE] if on_pressure is not None else [])],
             apply=self._apply,
             topic_prefix=topic_prefix,
             client_id=client_id,
             retry_s=retry_s,
             clock=clock,
+            start=self._seek_start,
         )
         self.stats: ReaderStats = self._reader.stats
         self.caught_up: asyncio.Event = self._reader.caught_up
@@ -59,6 +71,19 @@ class StateReader:
     async def run(self, stop: asyncio.Event) -> None:
         """Read until `stop`; reconnects (re-reading from the beginning) after a Kafka failure."""
         await self._reader.run(stop)
+
+    async def _seek_start(self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition]) -> None:
+        stream = [tp for tp in partitions if self._reader.base[tp.topic] == Topic.PODPRESSURE]
+        state = [tp for tp in partitions if tp not in stream]
+        if state:
+            await consumer.seek_to_beginning(*state)
+        if stream:
+            since_ms = int(self.clock() * 1000) - self.pressure_lookback_ms
+            found = await consumer.offsets_for_times({tp: since_ms for tp in stream})
+            ends = await consumer.end_offsets(stream)
+            for tp in stream:
+                hit = found.get(tp)
+                consumer.seek(tp, hit.offset if hit is not None else ends[tp])
 
     def _apply(self, base: str, record: ConsumerRecord[Any, Any], now_ms: int) -> Outcome:
         if record.value is None:  # tombstone on a compacted topic
@@ -72,6 +97,12 @@ class StateReader:
             STATE_MESSAGES.labels(base, "bad").inc()
             return "bad"
         traceparent = next((v for k, v in record.headers or () if k == "traceparent"), None)
+        if isinstance(value, PodPressure):
+            if self.on_pressure is None:
+                return "ignored"
+            self.on_pressure(value)
+            STATE_MESSAGES.labels(base, "applied").inc()
+            return "applied"
         if isinstance(value, ActionResult):  # a decision carried out: later placements link it
             kept = self.store.note_action(value, traceparent)
             STATE_MESSAGES.labels(base, "applied" if kept else "ignored").inc()

@@ -48,7 +48,8 @@ from contracts.models import (
     LoadForecast,
     RegimeLabelV2,
 )
-from services.scheduler_extender.corunner import corunner_penalty
+from services.scheduler_extender.corunner import Resident, corunner_penalty, load_harm
+from simulator.workloads import CLASS_PRESSURE_GUESS
 
 MIN_SCORE = 0
 MAX_SCORE = 10
@@ -463,4 +464,32 @@ def with_corunner(card: NodeCard, residents: Sequence[int] | None, cfg: ScoringC
                         for m, p, line in zip(mixed, p_co, card.summaries, strict=True)),
         corunner=p_co,
         residents=tuple(sorted(residents)),
+    )
+
+
+def load_penalties(residents: Sequence[Resident], cfg: ScoringConfig) -> tuple[float, ...]:
+    """The load term's penalty per class (0–1): ``load_harm`` of a pod of that class at its class's guess
+    (``CLASS_PRESSURE_GUESS``: the pod being placed has not run yet) among ``residents``, over
+    ``max_slowdown - 1`` — what the offline orchestrator's load term scores (``simulator/arena/orchestrator.py``)."""
+    sensitive = frozenset(CLASS_INDEX[c] for c in cfg.latency_sensitive_classes)
+    return tuple(min(1.0, max(0.0, load_harm(ci, CLASS_PRESSURE_GUESS[ci], ci in sensitive, residents)
+                              / (cfg.max_slowdown - 1.0)))
+                 for ci in range(len(WORKLOAD_CLASSES)))
+
+
+def with_load(card: NodeCard, residents: Sequence[Resident] | None, cfg: ScoringConfig) -> NodeCard:
+    """``with_corunner`` on per-pod estimates (the load term): each class's penalty mixes the card's with
+    ``load_penalties``; ``scores[c] == score_with_penalty(card, c, load_penalties(residents, cfg)[c], cfg)``.
+    ``residents`` None or weight 0: the card unchanged. Verdicts are untouched: the term never filters."""
+    if residents is None or cfg.weight_corunner <= 0.0:
+        return card
+    p_co = load_penalties(residents, cfg)
+    mixed = [_mixed(card.penalties[ci], p, cfg) for ci, p in enumerate(p_co)]
+    return card._replace(
+        penalties=tuple(m[0] for m in mixed),
+        scores=tuple(m[1] for m in mixed),
+        summaries=tuple(f"score={m[1]} load={p:.2f} {line.partition(' ')[2]}"
+                        for m, p, line in zip(mixed, p_co, card.summaries, strict=True)),
+        corunner=p_co,
+        residents=tuple(sorted(r[0] for r in residents)),
     )

@@ -70,6 +70,17 @@ class ExtenderSettings(RuntimeSettings):
     score_confidence: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Regime confidence below which its slowdown scores as unknown"
     )
+    load_term: bool = Field(
+        default=False,
+        description="The co-runner term on per-pod pressure estimates (podpressure.v1) instead of the class "
+        "table (needs EXTENDER_WEIGHT_CORUNNER > 0)",
+    )
+    load_recheck_s: float = Field(
+        default=5.0, gt=0.0, le=300.0, description="Every node's per-pod estimates re-read this often (load term)"
+    )
+    pressure_max_age_s: float = Field(
+        default=60.0, gt=0.0, le=3600.0, description="Per-pod estimates older than this fall back to the class guess"
+    )
     latency_sensitive_classes: tuple[WorkloadClass, ...] = Field(
         default=("frontend_bound", "llc_sensitive"),
         description="Classes whose slowdown the co-runner term counts (the ones with an SLO)",
@@ -112,4 +123,6 @@ class ExtenderSettings(RuntimeSettings):
     def _some_weight(self) -> ExtenderSettings:
         if self.weight_slowdown + self.weight_risk + self.weight_anomaly <= 0:
             raise ValueError("at least one of EXTENDER_WEIGHT_SLOWDOWN/_RISK/_ANOMALY must be positive")
+        if self.load_term and self.weight_corunner <= 0:
+            raise ValueError("EXTENDER_LOAD_TERM needs EXTENDER_WEIGHT_CORUNNER > 0 (the weight the term scores at)")
         return self

@@ -5,7 +5,8 @@ when one of its fresh inputs turns stale, so answering the scheduler is a dictio
 With the co-runner term on (``weight_corunner > 0``) the classes of the pods bound to a node
 (:meth:`NodeStateStore.set_residents`, fed from the pod index's watch) are folded into the node's card
 (``scoring.with_corunner``) when they change, not per call; a node the pod index does not know scores as
-without the term.
+without the term. With the load term the pods' per-pod estimates (:meth:`NodeStateStore.set_loads`) replace
+the class table for the nodes that have them (``scoring.with_load``).
 
 Everything held per node is a plain ``tuple`` of numbers, strings and bytes (NamedTuples are converted with
 ``tuple()``; ``NodeCard._make`` / ``NodeInputs`` rebuild them). CPython's cyclic garbage collector untracks
@@ -35,6 +36,7 @@ from contracts.models import (
     RegimeLabelV2,
 )
 from contracts.topics import FORECASTS_TOPIC, REGIMES_TOPIC, RISK_TOPIC, Topic
+from services.scheduler_extender.corunner import Resident
 from services.scheduler_extender.nodeids import NodeIds
 from services.scheduler_extender.scoring import (
     NEVER_MS,
@@ -48,6 +50,7 @@ from services.scheduler_extender.scoring import (
     evaluate,
     unknown_card,
     with_corunner,
+    with_load,
 )
 
 ANOMALIES_TOPIC = Topic.ANOMALIES
@@ -121,6 +124,8 @@ class NodeStateStore:
         self._unknown_slots: dict[str, Slot] = {}
         # classes of the pods bound to each node the pod index knows (sorted; only with weight_corunner > 0)
         self._residents: dict[str, tuple[int, ...]] = {}
+        # the load term: each such node's pods as (class, estimated pressure, latency-sensitive), sorted
+        self._loads: dict[str, tuple[Resident, ...]] = {}
         # the traceparent of the newest action the referee carried out per node (taint, cordon, consolidate)
         # and per evicted pod's controller or name: a later placement links the decision that shaped it
         self._decisions: dict[str, bytes] = {}
@@ -246,6 +251,10 @@ class NodeStateStore:
         self._evaluate(node, packed, now_ms)
 
     def _with_residents(self, node: str, card: NodeCard) -> NodeCard:
+        if self._loads:
+            loads = self._loads.get(node)
+            if loads is not None:
+                return with_load(card, loads, self.cfg)
         return with_corunner(card, self._residents.get(node), self.cfg) if self._residents else card
 
     def _evaluate(self, node: str, packed: PackedInputs, now_ms: int) -> NodeCard:
@@ -272,13 +281,38 @@ class NodeStateStore:
             del self._residents[node]
         else:
             self._residents[node] = key
+        self._rescore(node, now_ms)
+        return True
+
+    def loads(self, node: str) -> tuple[Resident, ...] | None:
+        """The node's pods as the load term scores them (None: the term is off or the node has none held)."""
+        return self._loads.get(node)
+
+    def set_loads(self, node: str, loads: Sequence[Resident] | None, now_ms: int) -> bool:
+        """The load term's view of the pods bound to ``node`` (``pressures.node_residents``; None: the pod
+        index does not know the node). Held instead of the class table for the node and re-scored when it
+        changed (True). Nothing is held with the co-runner weight 0."""
+        if self.cfg.weight_corunner <= 0.0:
+            return False
+        key = tuple(loads) if loads is not None else None
+        if self._loads.get(node) == key:
+            return False
+        if key is None:
+            del self._loads[node]
+            self._residents.pop(node, None)
+        else:
+            self._loads[node] = key
+            self._residents[node] = tuple(sorted(r[0] for r in key))
+        self._rescore(node, now_ms)
+        return True
+
+    def _rescore(self, node: str, now_ms: int) -> None:
         packed = self._inputs.get(node)
         if packed is not None:
             self._evaluate(node, packed, now_ms)
         else:
             self._unknown_slots.pop(node, None)
             self._set_row(node, NodeCard._make(self._unknown_slot(node)[0]).scores)
-        return True
 
     def _grow_rows(self, n: int) -> None:
         size = len(self._scores)

@@ -73,12 +73,14 @@ def test_live_arena_orchestrator_pass_runs_the_deciding_side_and_the_risk_stage(
     kafka_bootstrap: str,
     tmp_path: Path,
 ) -> None:
-    """The orchestrator pass with ``--orchestrator-risk``: agents, referee, pod-pressure, cluster watcher and risk
-    run beside the extender on the real broker and API server; every task is placed and finishes, and the risk
-    stage scored the run's pods from the watcher's task events."""
+    """The orchestrator pass with ``--orchestrator-risk --orchestrator-load-term``: agents, referee, pod-pressure,
+    cluster watcher and risk run beside the extender on the real broker and API server; every task is placed and
+    finishes, the risk stage scored the run's pods from the watcher's task events, and the extender scored nodes
+    on the pod-pressure stage's estimates."""
     out = tmp_path / "live"
     code = live.main(["--quick", "--nodes", "4", "--horizon-s", "150", "--synthetic", "120", "--seed", "3",
-                      "--policies", "orchestrator", "--orchestrator-risk", "--extender-corunner-weight", "0.5",
+                      "--policies", "orchestrator", "--orchestrator-risk", "--orchestrator-load-term",
+                      "--extender-corunner-weight", "0.5",
                       "--extender-weight", "2", "--out", str(out), "--quiet"])
     assert code == 0
     doc = json.loads((out / "results.json").read_text())
@@ -87,6 +89,10 @@ def test_live_arena_orchestrator_pass_runs_the_deciding_side_and_the_risk_stage(
     arrivals = doc["details"]["arrivals"]["tasks_kept"]
     assert m["placed"] == arrivals and m["unfinished"] == 0, m
     assert m["extender_filter_calls"] >= arrivals  # the extender answered for every pod
+    # the load term: the extender read the pod-pressure stage's estimates and re-scored nodes on them
+    assert doc["details"]["orchestrator_load_term"] is True
+    assert m["extender_pressure_records"] > 0 and m["extender_load_updates"] >= arrivals, m
+    assert m["extender_corunner_updates"] == 0, m  # the class table's follower is not attached
     assert m["risk_records"] > 0, m  # task events from the watcher reached the risk stage, which published risk.v2
     assert 0.0 <= m["risk_in_range_share"] <= 1.0 and 0.0 <= m["risk_max_p"] <= 1.0
     # what the referee did is accounted from its actions topic, and each action answers a proposal it weighed

@@ -549,6 +549,80 @@ async def test_corunner_term_follows_the_pods_bound_to_a_node(
         await cleanup(core, namespace, nodes)
 
 
+@pytest.mark.timeout(300)
+async def test_load_term_reads_the_pods_pressure_estimates_from_kafka(
+    kube: Kube, core: Any, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """EXTENDER_LOAD_TERM=true: a memory-bound pod bound to a node is scored at its class's guess until
+    podpressure.v1 says how hard it presses. No regime input (penalty 0.5); for an arriving llc-sensitive pod
+    (tests/unit/test_extender_load_live.py by hand): beside the guess 1.293 > 1.25 -> penalty 1 -> 3; beside the
+    pod measured quiet -> 8; measured as a hog (0.4, 0.9, 0.1, 0.05) -> 3 again (estimates enter at the next
+    re-check, here every second). An estimate for another node (the pod's old one) changes nothing."""
+    from contracts.models import PodPressure
+    from contracts.topics import Topic
+
+    run_id = uuid.uuid4().hex[:8]
+    namespace = f"e2e-load-{run_id}"
+    nodes = [f"ld-{run_id}-{k}" for k in ("a", "b")]
+    settings = {"EXTENDER_WEIGHT_CORUNNER": "0.5", "EXTENDER_LOAD_TERM": "true", "EXTENDER_LOAD_RECHECK_S": "1"}
+    producer = Producer(bootstrap=kafka_bootstrap, client_id="e2e-load", topic_prefix=topic_prefix)
+    await producer.start()
+    try:
+        await core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for name in nodes:
+            await create_node(core, name, run_id)
+        with extender_process(kube, kafka_bootstrap, topic_prefix, tmp_path, settings) as ext:
+
+            def answers(expected: dict[str, int]) -> bool:
+                if ext.proc.poll() is not None:
+                    raise AssertionError(f"extender exited:\n{_tail(ext.log)}")
+                try:
+                    return prioritize(ext.url, "llc_sensitive", nodes) == expected
+                except OSError:
+                    return False
+
+            await wait_until(lambda: answers({nodes[0]: 8, nodes[1]: 8}), timeout=60, interval=0.2,
+                             what="the node watch (both empty)")
+
+            async def service_account() -> bool:
+                accounts = await core.list_namespaced_service_account(namespace)
+                return any(a.metadata.name == "default" for a in accounts.items)
+
+            await wait_until(service_account, timeout=60, interval=0.25, what="default ServiceAccount")
+            bound = pod("mem-0", namespace, "default-scheduler", run_id, "memory_bound")
+            bound["spec"]["nodeName"] = nodes[0]
+            created = await core.create_namespaced_pod(namespace, bound)
+            uid = created.metadata.uid
+            guessed = {nodes[0]: 3, nodes[1]: 8}
+            await wait_until(lambda: answers(guessed), timeout=30, interval=0.1, what="the pod at its class guess")
+
+            async def publish(on: str, pressure: tuple[float, float, float, float]) -> None:
+                now = int(time.time() * 1000)
+                llc, membw, core_p, frontend = pressure
+                record = PodPressure(node=on, pod_uid=uid, cgroup=f"kubepods/burstable/pod{uid}", ts_ms=now,
+                                     window_ms=10_000, status="ok", llc=llc, membw=membw, core=core_p,
+                                     frontend=frontend, model_version="e2e", input_ts_ms=now)
+                await producer.send(Topic.PODPRESSURE, on, record)
+                await producer.flush()
+
+            await publish(nodes[1], (0.1, 0.1, 0.1, 0.1))  # another node's figure: not this pod's estimate
+            await asyncio.sleep(3.0)  # three re-checks
+            assert prioritize(ext.url, "llc_sensitive", nodes) == guessed
+            await publish(nodes[0], (0.1, 0.1, 0.1, 0.1))
+            await wait_until(lambda: answers({nodes[0]: 8, nodes[1]: 8}), timeout=30, interval=0.1,
+                             what="the quiet estimate in the score")
+            card = http_json(f"{ext.url}/debug/nodes?node={nodes[0]}&class=llc_sensitive")["nodes"][nodes[0]]
+            assert card["llc_sensitive"]["corunner"] == {"penalty": 0.0, "resident_classes": ["memory_bound"]}
+            await publish(nodes[0], (0.4, 0.9, 0.1, 0.05))
+            await wait_until(lambda: answers(guessed), timeout=30, interval=0.1, what="the hog estimate in the score")
+            metrics = urllib.request.urlopen(f"{ext.health_url}/metrics", timeout=5).read().decode()
+            assert 'borg_extender_pressure_records_total{outcome="ok"} 3.0' in metrics, metrics[-2000:]
+            assert "load term on" in ext.log.read_text(errors="replace")
+    finally:
+        await producer.stop()
+        await cleanup(core, namespace, nodes)
+
+
 @pytest.mark.parametrize("name", ["kube-scheduler-config.yaml", "kube-scheduler-local.yaml"])
 def test_shipped_configs_are_accepted_by_kube_scheduler(kube: Kube, tmp_path: Path, name: str) -> None:
     """kube-scheduler parses and validates each file (`--write-config-to` exits before scheduling anything)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -219,3 +220,13 @@ def test_the_passes_proposals_and_risk_records_are_tallied() -> None:
     assert (out["risk_out_of_range_priority"], out["risk_out_of_range_cpu_request"]) == (2, 1)
     assert tally_risk([]) == {"risk_records": 0.0, "risk_in_range_share": 0.0, "risk_at_threshold": 0.0,
                               "risk_max_p": 0.0}
+
+
+def test_load_term_without_the_corunner_weight_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loadtests.arena_live.run import main
+
+    assert main(["--policies", "orchestrator", "--orchestrator-load-term", "--out", str(tmp_path / "x")]) == 2
+    assert "--orchestrator-load-term needs --extender-corunner-weight > 0" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
