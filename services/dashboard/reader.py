@@ -25,7 +25,14 @@ from contracts.headers import trace_id_of
 from contracts.topics import Topic, topic_spec
 from services.dashboard.settings import StartAt
 from services.dashboard.state import ACTUAL_LOAD_TOPIC, CONSUMED_TOPICS, DashboardState
-from services.runtime.topic_reader import Outcome, ReaderStats, TopicReader, TopicsMissingError, topic_partitions
+from services.runtime.topic_reader import (
+    Outcome,
+    ReaderStats,
+    TopicReader,
+    TopicsMissingError,
+    seek_since,
+    topic_partitions,
+)
 
 RECORDS = Counter("borg_dashboard_records_total", "Records the dashboard read", ["topic", "outcome"])
 ALWAYS_FROM_START = (Topic.CLUSTERSTATE,)
@@ -95,12 +102,7 @@ class DashboardReader:
         if self.start == "latest":
             await consumer.seek_to_end(*rest)
             return
-        since_ms = int(self.clock() * 1000) - self.lookback_ms
-        found = await consumer.offsets_for_times({tp: since_ms for tp in rest})
-        ends = await consumer.end_offsets(rest)
-        for tp in rest:
-            hit = found.get(tp)
-            consumer.seek(tp, hit.offset if hit is not None else ends[tp])
+        await seek_since(consumer, rest, int(self.clock() * 1000) - self.lookback_ms)
 
     def _apply(self, base: str, record: ConsumerRecord[Any, Any], now_ms: int) -> Outcome:
         if record.value is None:

@@ -73,6 +73,15 @@ async def from_beginning(consumer: AIOKafkaConsumer, partitions: list[TopicParti
     await consumer.seek_to_beginning(*partitions)
 
 
+async def seek_since(consumer: AIOKafkaConsumer, partitions: list[TopicPartition], since_ms: int) -> None:
+    """Each partition at its first record timestamped ``since_ms`` or later (none: its end)."""
+    found = await consumer.offsets_for_times({tp: since_ms for tp in partitions})
+    ends = await consumer.end_offsets(partitions)
+    for tp in partitions:
+        hit = found.get(tp)
+        consumer.seek(tp, hit.offset if hit is not None else ends[tp])
+
+
 def _ignore(*_: object) -> None:
     return None
 

@@ -26,7 +26,7 @@ from prometheus_client import Counter
 from contracts import ContractError, decode
 from contracts.models import ActionResult, PodPressure
 from contracts.topics import Topic, topic_spec
-from services.runtime.topic_reader import Outcome, ReaderStats, TopicReader, TopicsMissingError
+from services.runtime.topic_reader import Outcome, ReaderStats, TopicReader, TopicsMissingError, seek_since
 from services.scheduler_extender.state import ACTIONS_TOPIC, STATE_TOPICS, NodeStateStore
 
 if TYPE_CHECKING:
@@ -78,12 +78,7 @@ class StateReader:
         if state:
             await consumer.seek_to_beginning(*state)
         if stream:
-            since_ms = int(self.clock() * 1000) - self.pressure_lookback_ms
-            found = await consumer.offsets_for_times({tp: since_ms for tp in stream})
-            ends = await consumer.end_offsets(stream)
-            for tp in stream:
-                hit = found.get(tp)
-                consumer.seek(tp, hit.offset if hit is not None else ends[tp])
+            await seek_since(consumer, stream, int(self.clock() * 1000) - self.pressure_lookback_ms)
 
     def _apply(self, base: str, record: ConsumerRecord[Any, Any], now_ms: int) -> Outcome:
         if record.value is None:  # tombstone on a compacted topic

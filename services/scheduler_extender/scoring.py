@@ -456,14 +456,20 @@ def with_corunner(card: NodeCard, residents: Sequence[int] | None, cfg: ScoringC
         return card
     sensitive = frozenset(CLASS_INDEX[c] for c in cfg.latency_sensitive_classes)
     p_co = _corunner_penalties(tuple(sorted(residents)), sensitive, cfg.max_slowdown)
+    return _fold(card, p_co, tuple(sorted(residents)), "corunner", cfg)
+
+
+def _fold(card: NodeCard, p_co: tuple[float, ...], classes: tuple[int, ...], name: str,
+          cfg: ScoringConfig) -> NodeCard:
+    """``card`` with a per-class co-runner penalty mixed into every class's penalty and score."""
     mixed = [_mixed(card.penalties[ci], p, cfg) for ci, p in enumerate(p_co)]
     return card._replace(
         penalties=tuple(m[0] for m in mixed),
         scores=tuple(m[1] for m in mixed),
-        summaries=tuple(f"score={m[1]} corunner={p:.2f} {line.partition(' ')[2]}"
+        summaries=tuple(f"score={m[1]} {name}={p:.2f} {line.partition(' ')[2]}"
                         for m, p, line in zip(mixed, p_co, card.summaries, strict=True)),
         corunner=p_co,
-        residents=tuple(sorted(residents)),
+        residents=classes,
     )
 
 
@@ -483,13 +489,4 @@ def with_load(card: NodeCard, residents: Sequence[Resident] | None, cfg: Scoring
     ``residents`` None or weight 0: the card unchanged. Verdicts are untouched: the term never filters."""
     if residents is None or cfg.weight_corunner <= 0.0:
         return card
-    p_co = load_penalties(residents, cfg)
-    mixed = [_mixed(card.penalties[ci], p, cfg) for ci, p in enumerate(p_co)]
-    return card._replace(
-        penalties=tuple(m[0] for m in mixed),
-        scores=tuple(m[1] for m in mixed),
-        summaries=tuple(f"score={m[1]} load={p:.2f} {line.partition(' ')[2]}"
-                        for m, p, line in zip(mixed, p_co, card.summaries, strict=True)),
-        corunner=p_co,
-        residents=tuple(sorted(r[0] for r in residents)),
-    )
+    return _fold(card, load_penalties(residents, cfg), tuple(sorted(r[0] for r in residents)), "load", cfg)

@@ -485,6 +485,16 @@ async def cleanup(core: Any, namespace: str, node_names: list[str]) -> None:
     await asyncio.sleep(0)
 
 
+async def default_service_account(core: Any, namespace: str) -> None:
+    """Wait for the namespace's ``default`` ServiceAccount (pods cannot be created before it exists)."""
+
+    async def exists() -> bool:
+        accounts = await core.list_namespaced_service_account(namespace)
+        return any(a.metadata.name == "default" for a in accounts.items)
+
+    await wait_until(exists, timeout=60, interval=0.25, what="default ServiceAccount")
+
+
 def prioritize(url: str, workload_class: str, nodes: list[str]) -> dict[str, int]:
     body = {"Pod": {"metadata": {"name": "probe", "labels": {DEFAULT_CLASS_KEY: workload_class}}}, "NodeNames": nodes}
     request = urllib.request.Request(f"{url}/prioritize", data=orjson.dumps(body), method="POST")
@@ -523,11 +533,7 @@ async def test_corunner_term_follows_the_pods_bound_to_a_node(
             empty = {nodes[0]: 8, nodes[1]: 8}
             await wait_until(lambda: answers(empty), timeout=60, interval=0.2, what="the node watch (both empty)")
 
-            async def service_account() -> bool:
-                accounts = await core.list_namespaced_service_account(namespace)
-                return any(a.metadata.name == "default" for a in accounts.items)
-
-            await wait_until(service_account, timeout=60, interval=0.25, what="default ServiceAccount")
+            await default_service_account(core, namespace)
             bound = pod("fe-0", namespace, "default-scheduler", run_id, "frontend_bound")
             bound["spec"]["nodeName"] = nodes[0]  # bound at creation, as a scheduler's binding would leave it
             await core.create_namespaced_pod(namespace, bound)
@@ -584,11 +590,7 @@ async def test_load_term_reads_the_pods_pressure_estimates_from_kafka(
             await wait_until(lambda: answers({nodes[0]: 8, nodes[1]: 8}), timeout=60, interval=0.2,
                              what="the node watch (both empty)")
 
-            async def service_account() -> bool:
-                accounts = await core.list_namespaced_service_account(namespace)
-                return any(a.metadata.name == "default" for a in accounts.items)
-
-            await wait_until(service_account, timeout=60, interval=0.25, what="default ServiceAccount")
+            await default_service_account(core, namespace)
             bound = pod("mem-0", namespace, "default-scheduler", run_id, "memory_bound")
             bound["spec"]["nodeName"] = nodes[0]
             created = await core.create_namespaced_pod(namespace, bound)
