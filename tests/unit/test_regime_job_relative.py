@@ -28,8 +28,13 @@ def _pod(ipc: float, miss: float, busy: float = 1.0) -> np.ndarray:
     return row
 
 
-def _node(regime: int, pods: list[np.ndarray], jobs: list[tuple[str, int]]) -> jr.NodeWindow:
-    return jr.NodeWindow(regime, np.asarray(pods), tuple(jobs))
+_IDS = iter(range(1_000_000))
+
+
+def _node(regime: int, pods: list[np.ndarray], jobs: list[tuple[str, int]], ids: list[int] | None = None
+          ) -> jr.NodeWindow:
+    """A node window; each pod a new one unless ``ids`` says otherwise."""
+    return jr.NodeWindow(regime, np.asarray(pods), tuple(jobs), tuple(ids or [next(_IDS) for _ in pods]))
 
 
 def test_deviation_is_the_log_ratio_to_the_jobs_undisturbed_pods_and_needs_enough_of_them() -> None:
@@ -42,6 +47,15 @@ def test_deviation_is_the_log_ratio_to_the_jobs_undisturbed_pods_and_needs_enoug
     assert dev[0] == pytest.approx([0.0, 0.0])
     assert dev[1] == pytest.approx([np.log(2.0), np.log(4.0)])  # half the IPC, four times the miss ratio
     assert np.isnan(ref.deviations(b)[1]).all()  # job web has one pod: no reference, no answer
+
+
+def test_a_lone_replica_is_not_its_own_reference() -> None:
+    ref = jr.JobReference(history=5, ratios=(("ipc", 1.0, -1.0),), min_pods=2)
+    for ipc in (1.0, 1.1, 0.9):  # the same pod in three windows
+        ref.add([_node(0, [_pod(ipc, 0.1)], [("kv", 0)], ids=[7])])
+    assert np.isnan(ref.deviations(_node(0, [_pod(1.0, 0.1)], [("kv", 0)], ids=[7]))).all()
+    ref.add([_node(0, [_pod(2.0, 0.1)], [("kv", 0)], ids=[8])])  # a second replica: now there is a reference
+    assert ref.deviations(_node(0, [_pod(1.0, 0.1)], [("kv", 0)], ids=[7]))[0, 0] == pytest.approx(np.log(2.0))
 
 
 def test_the_reference_reads_the_last_history_snapshots_only() -> None:

@@ -16,9 +16,9 @@ Variants (the classifier's input per node):
 
 * ``victims``: per pod, log(value / its job's reference) for the four ratios (the reference = the 0.9 quantile of
   IPC, the 0.1 quantile of the others, over the job's pods in the last ``--history`` snapshots, answered once
-  ``MIN_REFERENCE_PODS`` were seen), aggregated per node: largest and summed rise, and the cache-miss ratio, cache
-  references per kilo-instruction and IPC of the pods that rose most (how sensitive the victim is). A node with
-  one pod has no victim;
+  ``MIN_REFERENCE_PODS`` distinct pods were seen), aggregated per node: largest and summed rise, and the
+  cache-miss ratio, cache references per kilo-instruction and IPC of the pods that rose most (how sensitive the
+  victim is). A node with one pod has no victim;
 * ``victims_stalls``: the same plus the frontend- and backend-stall fractions (where the PMU counts them per
   cgroup; the node agent's default per-cgroup events do not include them);
 * ``victims_activity``: ``victims`` plus each pod's busy cores against its job's median and the profile of the
@@ -50,7 +50,7 @@ import argparse
 import sys
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -98,15 +98,20 @@ Reporter = Callable[[str], None]
 
 @dataclass(frozen=True)
 class NodeWindow:
-    """One node in one fleet snapshot: its true regime, its pods' features (rows) and each pod's job."""
+    """One node in one fleet snapshot: its true regime, its pods' features (rows), each pod's job and identity."""
 
     regime: int
     pods: np.ndarray
     jobs: tuple[Job, ...]
+    ids: tuple[Hashable, ...]
+    """A pod seen in several windows (``--cluster``) keeps its id: the reference counts distinct pods."""
 
 
 class JobReference:
-    """Each job's undisturbed value of each ratio, from its pods in the last ``history`` snapshots (pure)."""
+    """Each job's undisturbed value of each ratio, from its pods in the last ``history`` snapshots (pure).
+
+    Answered once ``min_pods`` *distinct* pods of the job were seen: a job's lone replica is never judged against its
+    own earlier windows (which would only say it is as disturbed as it was)."""
 
     def __init__(self, history: int, ratios: Sequence[tuple[str, float, float]], min_pods: int = MIN_REFERENCE_PODS
                  ) -> None:
@@ -114,19 +119,22 @@ class JobReference:
             raise ValueError("history and min_pods must be >= 1")
         self.ratios = tuple(ratios)
         self.min_pods = min_pods
-        self._snapshots: deque[list[tuple[Job, np.ndarray]]] = deque(maxlen=history)
+        self._snapshots: deque[list[tuple[Job, Hashable, np.ndarray]]] = deque(maxlen=history)
         self._reference: dict[Job, np.ndarray] = {}
 
     def add(self, snapshot: Iterable[NodeWindow]) -> None:
         """Add one snapshot's pods and recompute every job's reference."""
-        self._snapshots.append([(job, row) for w in snapshot for job, row in zip(w.jobs, w.pods, strict=True)])
+        self._snapshots.append([(job, pod, row) for w in snapshot
+                                for job, pod, row in zip(w.jobs, w.ids, w.pods, strict=True)])
         pool: dict[Job, list[np.ndarray]] = {}
+        seen: dict[Job, set[Hashable]] = {}
         for snap in self._snapshots:
-            for job, row in snap:
+            for job, pod, row in snap:
                 pool.setdefault(job, []).append(row)
+                seen.setdefault(job, set()).add(pod)
         self._reference = {}
         for job, rows in pool.items():
-            if len(rows) >= self.min_pods:
+            if len(seen[job]) >= self.min_pods:
                 a = np.asarray(rows)
                 self._reference[job] = np.array([np.quantile(a[:, FEATURE_INDEX[n]], q) for n, q, _ in self.ratios])
 
@@ -198,7 +206,8 @@ def fleet(kinds: Sequence[str], seed: int, snapshots: int, nodes: int, jobs_per_
             per, _, _, _ = workload_rates(sim.specs[i], names, inten, pressures, rng)
             rows = [[pod_row(pod_counts(r, rng)) for r in per] for _ in range(windows)]
             jobs = tuple((n, int(rng.integers(jobs_per_kind))) for n in names)
-            snap.append(NodeWindow(REGIMES.index(regime_of(pressures)), np.mean(rows, axis=0), jobs))
+            ids = tuple((len(out), i, k) for k in range(len(names)))  # every snapshot draws new pods
+            snap.append(NodeWindow(REGIMES.index(regime_of(pressures)), np.mean(rows, axis=0), jobs, ids))
         out.append(snap)
     return out
 
@@ -282,7 +291,7 @@ def cluster_windows(kinds: Sequence[str], seed: int, nodes: int, ticks: int, job
                     history.append(pod_row({name: float(v) for name, v in zip(EVENTS, scaled, strict=True)}))
                     rows.append(np.mean(history, axis=0))
                     jobs.append(job)
-                closed.append(NodeWindow(label, np.asarray(rows), tuple(jobs)))
+                closed.append(NodeWindow(label, np.asarray(rows), tuple(jobs), tuple(last)))
         live = {pod for ids in sim.pod_ids.values() for pod in ids}
         for gone in [pod for pod in recent if pod not in live]:
             del recent[gone]
