@@ -20,7 +20,9 @@ Variants (the classifier's input per node):
   cache-miss ratio, cache references per kilo-instruction and IPC of the pods that rose most (how sensitive the
   victim is). A node with one pod has no victim;
 * ``victims_stalls``: the same plus the frontend- and backend-stall fractions (where the PMU counts them per
-  cgroup; the node agent's default per-cgroup events do not include them);
+  cgroup; the node agent's default per-cgroup events do not include them). Every pod's stalls are read, also on
+  the simulated SKUs whose node counters lack them, and no pod counter is multiplexed: the figures assume a fleet
+  that counts them everywhere;
 * ``victims_activity``: ``victims`` plus each pod's busy cores against its job's median and the profile of the
   busiest-for-its-job pod. In this simulator a replica's pressure grows with its intensity and so does its CPU,
   but the evaluation cluster draws a kind's aggressors and its gentle co-runners from two separate intensity
@@ -282,7 +284,8 @@ def cluster_windows(kinds: Sequence[str], seed: int, nodes: int, ticks: int, job
                 done = (window.node, window.pane)
                 label = Counter(regimes.pop(done)).most_common(1)[0][0]
                 pods = sums.pop(done)
-                last = [pod for pod in pods if pod[:2] == max(p[:2] for p in pods)]  # the pane's newest epoch
+                newest = max(pod[:2] for pod in pods)  # a pane can straddle two epochs: judge the newer one
+                last = [pod for pod in pods if pod[:2] == newest]
                 rows, jobs = [], []
                 for pod in last:
                     total, n, job = pods[pod]
@@ -339,9 +342,8 @@ def run(args: argparse.Namespace, say: Reporter) -> dict[str, Any]:
     else:
         split = holdout_split(seed=args.holdout_seed)
         train_kinds, held = list(split[0]), list(split[1])
-    snapshots = 6 if args.quick else args.snapshots
-    if args.cluster and not args.quick and args.snapshots == SNAPSHOTS:
-        snapshots = CLUSTER_SECONDS // TICKS_PER_SNAPSHOT
+    default = CLUSTER_SECONDS // TICKS_PER_SNAPSHOT if args.cluster else SNAPSHOTS
+    snapshots = 6 if args.quick else (args.snapshots or default)
     history = args.history * (TICKS_PER_SNAPSHOT if args.cluster else 1)  # cluster: one reference step per tick
     report: dict[str, Any] = {"train_kinds": train_kinds, "heldout_kinds": held, "snapshots": snapshots,
                               "mode": "cluster" if args.cluster else "snapshots",
@@ -402,9 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--holdout-seed", type=int, default=None,
                    help="hold out other kinds (simulator.workloads.holdout_split with this seed; one per class) "
                         "instead of the regime model card's")
-    p.add_argument("--snapshots", type=int, default=SNAPSHOTS,
-                   help="fleet snapshots per evaluation cluster (training: 2x); with --cluster, 10 s each "
-                        f"(default there: {CLUSTER_SECONDS} s, as borgctl eval regime)")
+    p.add_argument("--snapshots", type=int, default=None,
+                   help=f"fleet snapshots per evaluation cluster (default {SNAPSHOTS}; training: 2x); with "
+                        f"--cluster, 10 s each (default there {CLUSTER_SECONDS} s, as borgctl eval regime)")
     p.add_argument("--cluster", action="store_true",
                    help="judge borgctl eval regime's own windows (its clusters run tick by tick, panes and labels "
                         "as it makes them) instead of independent fleet snapshots")
@@ -415,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny fleets (a smoke run, figures meaningless)")
     args = p.parse_args(argv)
     for name in ("snapshots", "jobs_per_kind", "history"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     report = run(args, lambda msg: print(f"job-relative: {msg}", file=sys.stderr, flush=True))
     report["command"] = "python -m training.regime.job_relative " + " ".join(sys.argv[1:] if argv is None else argv)
