@@ -26,6 +26,19 @@ TRAINER_ERRORS: tuple[type[Exception], ...] = (UserFacingError, FileExistsError,
 """A simulator trainer's user mistakes: an existing --version, a size the simulator refuses."""
 
 
+def comma_ints(text: str, minimum: int | None = None) -> list[int]:
+    """An argparse ``type``: comma-separated integers, at least one, each ``>= minimum`` when given."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
+    if minimum is not None and min(values) < minimum:
+        raise argparse.ArgumentTypeError(f"expected integers >= {minimum}, got {text!r}")
+    return values
+
+
 class UsageError(UserFacingError):
     """Bad command-line arguments."""
 

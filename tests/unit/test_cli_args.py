@@ -72,3 +72,13 @@ def test_run_trainer_passes_the_command_and_names_the_model(tmp_path: Path,
 
     assert cli_args.run_trainer("borgctl train demo", ["-q"], parse, refuse) == 2
     assert capsys.readouterr().err.strip() == "train demo: version v1 exists"
+
+
+def test_comma_ints_reads_a_list_and_names_what_is_wrong() -> None:
+    comma_ints = cli_args.comma_ints
+    assert comma_ints("1, 3,4,") == [1, 3, 4]
+    assert comma_ints("0,-2") == [0, -2]  # no bound unless asked
+    for text, minimum, said in (("1,x", None, "comma-separated integers"), (" , ", None, "at least one"),
+                                ("2,0", 1, ">= 1")):
+        with pytest.raises(argparse.ArgumentTypeError, match=said):
+            comma_ints(text, minimum)

@@ -37,6 +37,7 @@ import orjson
 import xgboost as xgb
 
 from simulator.workloads import holdout_split
+from training.cli_args import comma_ints
 from training.regime.model import columns, regime_feature_names
 from training.regime.randomize import randomized_kinds
 from training.regime.selective import ranking_key
@@ -172,20 +173,10 @@ def run(args: argparse.Namespace, progress: Reporter) -> dict[str, Any]:
             "mean_over_draws": mean}
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("at least one draw is needed")
-    return values
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.regime.fleet_screen", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True, help="JSON report")
-    p.add_argument("--draws", type=_ints, default=[1, 3, 4, 5], help="training draws (jitter and cluster seeds)")
+    p.add_argument("--draws", type=comma_ints, default=[1, 3, 4, 5], help="training draws (jitter and cluster seeds)")
     p.add_argument("--copies", type=int, default=6, help="jittered copies per training kind")
     p.add_argument("--jitter", type=float, default=0.5, help="log-normal sigma of the copies' profiles")
     p.add_argument("--nodes", type=int, default=64, help="training cluster size")

@@ -66,9 +66,10 @@ from featurelib.node.windows import DictStore, NodeWindows
 from featurelib.pod import EXTENDED_FEATURES, WINDOW_S, pod_features
 from simulator.cluster import EVENTS, SyntheticCluster, node_rates, workload_rates
 from simulator.workloads import KINDS, holdout_split, regime_of
+from training.cli_args import comma_ints
 from training.corunner import card_kinds
 from training.pod_pressure import pod_counts
-from training.regime.selective import risk_coverage
+from training.regime.fleet_screen import accuracy_and_selective
 
 STALL_FEATURES: Final = ("frontend_stall", "backend_stall")
 """Stalled cycles (frontend, backend) per cycle: generic events many Intel parts lack (``simulator.cluster``'s
@@ -327,11 +328,9 @@ def fit(x: np.ndarray, y: np.ndarray, seed: int = 0) -> Any:
 
 def scores(proba: np.ndarray, y: np.ndarray, pods: np.ndarray) -> dict[str, Any]:
     """Accuracy, selective accuracy at ``COVERAGE``, recall per regime, accuracy by pods on the node."""
-    pred = proba.argmax(axis=1)
-    correct = pred == y
-    curve = risk_coverage(correct, proba.max(axis=1), np.zeros(len(y), dtype=bool), points=20)
-    at = dict(zip((round(c, 2) for c in curve["coverage"]), curve["selective_accuracy"], strict=True))
-    return {"windows": len(y), "accuracy": float(correct.mean()), "sel_at_060": float(at[COVERAGE]),
+    correct = proba.argmax(axis=1) == y
+    accuracy, selective = accuracy_and_selective(proba, y, COVERAGE)
+    return {"windows": len(y), "accuracy": accuracy, "sel_at_060": selective,
             "recall": {REGIMES[i]: float(correct[y == i].mean()) for i in range(len(REGIMES)) if (y == i).any()},
             "accuracy_by_pods": {str(int(k)): float(correct[pods == k].mean()) for k in np.unique(pods)}}
 
@@ -378,14 +377,8 @@ def run(args: argparse.Namespace, say: Reporter) -> dict[str, Any]:
     return report
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
-    return values
+def _positive_ints(text: str) -> list[int]:
+    return comma_ints(text, minimum=1)
 
 
 def _variants(text: str) -> list[str]:
@@ -412,7 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "as it makes them) instead of independent fleet snapshots")
     p.add_argument("--jobs-per-kind", type=int, default=3, help="jobs each kind's pods are split into")
     p.add_argument("--history", type=int, default=6, help="snapshots a job's reference is drawn from")
-    p.add_argument("--windows", type=_ints, default=[1, 6], help="10 s windows averaged per pod (comma-separated)")
+    p.add_argument("--windows", type=_positive_ints, default=[1, 6],
+                   help="10 s windows averaged per pod (comma-separated)")
     p.add_argument("--variants", type=_variants, default=list(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}")
     p.add_argument("--quick", action="store_true", help="tiny fleets (a smoke run, figures meaningless)")
     args = p.parse_args(argv)
