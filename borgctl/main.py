@@ -61,6 +61,10 @@ def _train(model: str, argv: list[str]) -> int:
         from training.pod_pressure import train_pod_pressure
 
         return train_pod_pressure(argv)
+    if model == "regime-pods":
+        from training.regime.pod_model import main as train_regime_pods
+
+        return train_regime_pods(argv)
     if model == "placement":
         from training.placement.cli import train_placement
 
@@ -92,7 +96,7 @@ def _eval(model: str, argv: list[str]) -> int:
     return eval_arena(argv)
 
 
-TRAIN = ("failure", "regime", "anomaly", "forecast", "placement", "pod-pressure")
+TRAIN = ("failure", "regime", "regime-pods", "anomaly", "forecast", "placement", "pod-pressure")
 EVAL = ("failure", "failure-rolling", "regime", "forecast", "arena", "drift")
 
 
@@ -237,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(fn=lambda a, n=name: _delegated(n, a.rest))
 
-    train = sub.add_parser("train", help="train a model: failure, regime, anomaly, forecast, placement, pod-pressure",
+    train = sub.add_parser("train", help="train a model: failure, regime, regime-pods, anomaly, forecast, placement, "
+                           "pod-pressure",
                            add_help=False)
     train.add_argument("model", choices=sorted(TRAIN))
     train.add_argument("rest", nargs=argparse.REMAINDER)

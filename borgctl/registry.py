@@ -44,6 +44,8 @@ SERVICES: tuple[ServiceEntry, ...] = (
     ServiceEntry(name="forecast", module="services.forecast.main", description="features.v1 → forecasts.v1 (ONNX)"),
     ServiceEntry(name="pod-pressure", module="services.pod_pressure.main",
                  description="nodestate.v1 per-pod cgroup counters → podpressure.v1 (ONNX)"),
+    ServiceEntry(name="pod-regime", module="services.regime.pods.main",
+                 description="nodestate.v1 per-pod counters + each pod's job (Kubernetes) → podregimes.v1 (ONNX)"),
     ServiceEntry(
         name="agent-reliability", module="services.agents.reliability", description="A: replicate / scale out"
     ),

@@ -80,8 +80,8 @@ def local_service_env(environ: dict[str, str] | None = None) -> tuple[dict[str, 
     """What services started by ``borgctl up`` need to use the local stack, and one line per choice.
 
     Tracing goes to the local Jaeger when it is healthy, unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set
-    already (an operator's own collector) or ``OTEL_SDK_DISABLED=true``; the referee and the cluster
-    watcher get the local control plane's kubeconfig when it is up and ``KUBECONFIG`` is not set. Without
+    already (an operator's own collector) or ``OTEL_SDK_DISABLED=true``; the referee, the cluster watcher and
+    pod-regime get the local control plane's kubeconfig when it is up and ``KUBECONFIG`` is not set. Without
     these a plain ``borgctl up`` traced nothing and the Kubernetes services exited at start.
     """
     env = dict(os.environ if environ is None else environ)
@@ -107,7 +107,8 @@ def local_service_env(environ: dict[str, str] | None = None) -> tuple[dict[str, 
         wired["KUBECONFIG"] = result.stdout.strip()
         notes.append(f"kubernetes: the local control plane (KUBECONFIG={wired['KUBECONFIG']})")
     else:
-        notes.append("kubernetes: no KUBECONFIG and no local control plane: referee and cluster-watcher will not start")
+        notes.append("kubernetes: no KUBECONFIG and no local control plane: referee, cluster-watcher and pod-regime "
+                     "will not start")
     return wired, notes
 
 

@@ -80,6 +80,7 @@ SPAN_ANOMALY_INFER = "anomaly infer"
 SPAN_RISK_INFER = "risk infer"
 SPAN_FORECAST_INFER = "forecast infer"
 SPAN_POD_PRESSURE_INFER = "pod_pressure infer"
+SPAN_POD_REGIME_INFER = "pod_regime infer"
 SPAN_AGENT_EVALUATE = "agent evaluate"
 SPAN_REFEREE_DECIDE = "referee decide"
 SPAN_K8S_WRITE = "k8s write"
@@ -93,6 +94,7 @@ SPAN_NAMES: frozenset[str] = frozenset(
         SPAN_DEADLETTER,
         SPAN_NODE_SAMPLE,
         SPAN_FEATURES_WINDOW,
+        SPAN_POD_REGIME_INFER,
         SPAN_REGIME_INFER,
         SPAN_ANOMALY_INFER,
         SPAN_RISK_INFER,

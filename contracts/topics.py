@@ -48,6 +48,7 @@ class Topic:
     RISK: Final = "risk.v2"
     FORECASTS: Final = "forecasts.v1"
     PODPRESSURE: Final = "podpressure.v1"
+    PODREGIMES: Final = "podregimes.v1"
     PROPOSALS: Final = "proposals.v1"
     DECISIONS: Final = "decisions.v1"
     ACTIONS: Final = "actions.v1"
@@ -107,6 +108,8 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(name=Topic.FORECASTS, key="node", model=LoadForecast, partitions=6, compacted=True),
     # one record per running pod per 10 s window: a stream, not compacted (pods come and go; no tombstones)
     TopicSpec(name=Topic.PODPRESSURE, key="node", model=PodPressure, partitions=6, retention_ms=6 * 3600 * 1000),
+    # the pod-relative regime (a shadow beside regimes.v2: nothing acts on it yet); one record per node window
+    TopicSpec(name=Topic.PODREGIMES, key="node", model=RegimeLabelV2, partitions=6, compacted=True),
     TopicSpec(name=Topic.PROPOSALS, key="target", model=Proposal, partitions=3),
     TopicSpec(name=Topic.DECISIONS, key="target", model=Decision, partitions=3),
     TopicSpec(name=Topic.ACTIONS, key="target", model=ActionResult, partitions=3),

@@ -85,6 +85,20 @@ def pod_features(counts: Mapping[str, float], interval_s: float, extended: bool 
     return np.asarray(out, dtype=np.float64)
 
 
+def add_counts(sums: dict[str, float], counters: Mapping[str, Any], events: tuple[str, ...]) -> list[str]:
+    """Add one sample's count of each of ``events`` (``{event: {"value": …}}``, the contract's dict form) to ``sums``;
+    the events it had no number for."""
+    missing = []
+    for event in events:
+        counter = counters.get(event)
+        value = counter.get("value") if isinstance(counter, Mapping) else None
+        if value is None:
+            missing.append(event)
+        else:
+            sums[event] += float(value)
+    return missing
+
+
 @dataclass(frozen=True, slots=True)
 class PodWindow:
     """One pod's counts summed over one window of its node's samples."""
@@ -153,13 +167,7 @@ class PodWindows:
                     continue
                 entry = win.pods[cgroup] = (uid, dict.fromkeys(self.events, 0.0), set(), 0)
             _, sums, missing, covered = entry
-            for event in self.events:
-                counter = counters.get(event)
-                value = counter.get("value") if counter is not None else None
-                if value is None:
-                    missing.add(event)
-                else:
-                    sums[event] += float(value)
+            missing.update(add_counts(sums, counters, self.events))
             win.pods[cgroup] = (uid, sums, missing, covered + interval_ms)
         if win.covered_ms < self.window_ms:
             return []

@@ -10,20 +10,15 @@ proposes nothing. Needs ``list`` on pods and nodes (deploy/components/agent-inte
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import time
 
-import aiohttp
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.agents.pod_loads import PodLabels, node_meta, pod_meta
 from services.agents.settings import ReliabilitySettings
 from services.agents.view import ClusterView
-from services.runtime.kube_client import GoneError, list_objects
+from services.runtime.kube_client import list_objects, relist_until_stopped
 
-log = logging.getLogger(__name__)
 BOUND_AND_LIVE = [("fieldSelector", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")]
 
 
@@ -31,24 +26,14 @@ async def follow_cluster(api: client.ApiClient, view: ClusterView, settings: Rel
                          stop: asyncio.Event) -> None:
     """List pods and nodes into ``view`` until ``stop`` is set (then closes ``api``)."""
     labels = PodLabels(settings.class_label, settings.latency_label, settings.job_label)
-    failing = False
-    try:
-        while not stop.is_set():
-            try:
-                pods, _ = await list_objects(api, "/api/v1/pods", BOUND_AND_LIVE)
-                nodes, _ = await list_objects(api, "/api/v1/nodes", [])
-                view.kube_pods = tuple(m for p in pods if (m := pod_meta(p, labels)) is not None)
-                view.kube_nodes = tuple(k for n in nodes if (k := node_meta(n)) is not None)
-                view.kube_listed_ms = int(time.time() * 1000)
-                if failing:
-                    log.info("pods and nodes listed again (%d pods, %d nodes)", len(view.kube_pods),
-                             len(view.kube_nodes))
-                failing = False
-            except (ApiException, GoneError, aiohttp.ClientError, TimeoutError) as exc:
-                if not failing:
-                    log.warning("listing pods and nodes failed (%s): interference moves use the last list", exc)
-                failing = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), settings.pods_refresh_s)
-    finally:
-        await api.close()
+
+    async def refresh(api: client.ApiClient) -> str:
+        pods, _ = await list_objects(api, "/api/v1/pods", BOUND_AND_LIVE)
+        nodes, _ = await list_objects(api, "/api/v1/nodes", [])
+        view.kube_pods = tuple(m for p in pods if (m := pod_meta(p, labels)) is not None)
+        view.kube_nodes = tuple(k for n in nodes if (k := node_meta(n)) is not None)
+        view.kube_listed_ms = int(time.time() * 1000)
+        return f"{len(view.kube_pods)} pods, {len(view.kube_nodes)} nodes"
+
+    await relist_until_stopped(api, stop, settings.pods_refresh_s, refresh, what="listing pods and nodes",
+                               on_failure="interference moves use the last list")

@@ -31,6 +31,7 @@ from typing import Any
 from contracts.models import WORKLOAD_CLASSES, PodPressure
 from services.agents.interference_policy import NodeLoad, PodLoad
 from services.runtime.k8s_quantity import pod_requests, quantity_of
+from services.runtime.pod_jobs import controller_of, job_of, namespace_of
 from simulator.workloads import CLASS_PRESSURE_GUESS
 
 Obj = Mapping[str, Any]
@@ -92,19 +93,15 @@ def pod_meta(pod: Obj, labels: PodLabels) -> PodMeta | None:
     node, name, uid = spec.get("nodeName"), meta.get("name"), meta.get("uid")
     if not (isinstance(node, str) and node and isinstance(name, str) and isinstance(uid, str)):
         return None
-    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else "default"
+    namespace = namespace_of(meta)
     tags: Mapping[str, Any] = meta.get("labels") or {}
-    owners = [o for o in meta.get("ownerReferences") or [] if isinstance(o, Mapping) and o.get("controller")]
-    owner = f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else ""
-    job = tags.get(labels.job) if labels.job else None
-    if not isinstance(job, str) or not job:
-        job = owner or f"Pod/{name}"
+    owner = controller_of(meta)
     workload_class = tags.get(labels.workload_class)
     cpu, memory = pod_requests(pod)
     tolerations = tuple((_text(t.get("key")), _text(t.get("operator")) or "Equal", _text(t.get("value")),
                          _text(t.get("effect"))) for t in spec.get("tolerations") or [] if isinstance(t, Mapping))
     return PodMeta(key=f"{namespace}/{name}", uid=uid, node=node, phase=str(status.get("phase") or "Pending"),
-                   job=f"{namespace}/{job}", owner=f"{namespace}/{owner}" if owner else "",
+                   job=job_of(meta, labels.job), owner=f"{namespace}/{owner}" if owner else "",
                    workload_class=workload_class if workload_class in WORKLOAD_CLASSES else None,
                    latency_sensitive=str(tags.get(labels.latency_sensitive, "")).lower() == "true",
                    started_s=_timestamp(status.get("startTime")), milli_cpu=cpu, memory=memory,

@@ -22,7 +22,10 @@ from services.dashboard.series import Series
 JsonDict = dict[str, Any]
 UNKNOWN_INDEX = len(REGIMES)
 REGIME_INDEX: dict[str, int] = {name: i for i, name in enumerate(REGIMES)} | {UNKNOWN_REGIME: UNKNOWN_INDEX}
-SIGNALS = ("regime", "anomaly", "risk")
+SERIES = ("regime", "anomaly", "risk")
+SIGNALS = (*SERIES, "pod_regime")
+"""``pod_regime``: the pod-relative model's label (podregimes.v1, a shadow nothing acts on), shown beside the
+node model's; it has no history strip."""
 
 
 @dataclass(slots=True)
@@ -33,6 +36,7 @@ class NodeRow:
     regime: RegimeLabelV2 | None = None
     anomaly: AnomalyScore | None = None
     risk: FailureRiskV2 | None = None
+    pod_regime: RegimeLabelV2 | None = None
     signal_ts: dict[str, int] = field(default_factory=dict)
     signal_version: dict[str, int] = field(default_factory=dict)  # version at which each signal last changed
 
@@ -41,7 +45,7 @@ class NodeRow:
         return max(self.signal_ts.values(), default=0)
 
     def empty(self) -> bool:
-        return self.regime is None and self.anomaly is None and self.risk is None
+        return self.regime is None and self.anomaly is None and self.risk is None and self.pod_regime is None
 
 
 class NodeBoard:
@@ -78,6 +82,13 @@ class NodeBoard:
             row.regime = label
             row.signal_ts["regime"] = label.ts_ms
         row.series["regime"].add(label.ts_ms, REGIME_INDEX[label.regime], version)
+
+    def add_pod_regime(self, label: RegimeLabelV2, version: int) -> None:
+        row = self._row(label.node, version)
+        row.signal_version["pod_regime"] = version
+        if row.pod_regime is None or label.ts_ms >= row.pod_regime.ts_ms:
+            row.pod_regime = label
+            row.signal_ts["pod_regime"] = label.ts_ms
 
     def add_anomaly(self, score: AnomalyScore, version: int) -> None:
         row = self._row(score.node, version)
@@ -133,7 +144,7 @@ class NodeBoard:
             "last_ts": row.last_ts,
             "stale": now_ms - row.last_ts > self.stale_ms,
             "stale_signals": stale,
-            "series": {name: row.series[name].view(since) for name in changed},
+            "series": {name: row.series[name].view(since) for name in changed if name in SERIES},
         }
         out |= {name: None for name in changed}
         if row.regime is not None and "regime" in changed:
@@ -151,6 +162,10 @@ class NodeBoard:
                 "abstain": list(r.abstain),
                 "ood_score": None if r.ood_score is None else round(r.ood_score, 3),
             }
+        if row.pod_regime is not None and "pod_regime" in changed:
+            p = row.pod_regime
+            out["pod_regime"] = {"label": p.regime, "confidence": round(p.confidence, 3), "ts": p.ts_ms,
+                                 "model": p.model_version, "abstain": list(p.abstain)}
         if row.anomaly is not None and "anomaly" in changed:
             a = row.anomaly
             out["anomaly"] = {

@@ -41,6 +41,7 @@ CONSUMED_TOPICS: tuple[str, ...] = (
     Topic.DECISIONS,
     Topic.ACTIONS,
     REGIMES_TOPIC,
+    Topic.PODREGIMES,
     Topic.ANOMALIES,
     RISK_TOPIC,
     Topic.CLUSTERSTATE,
@@ -52,7 +53,8 @@ CONSUMED_TOPICS: tuple[str, ...] = (
 ACTUAL_LOAD_TOPIC = Topic.FEATURES
 """Read only for the actual utilisation beside the forecast (``DASHBOARD_READ_FEATURES``): the one
 high-volume topic the dashboard reads, one vector per node per 10 s, decoded on the fast path."""
-NODE_SIGNAL_TOPICS = {REGIMES_TOPIC: "regime", Topic.ANOMALIES: "anomaly", RISK_TOPIC: "risk"}
+NODE_SIGNAL_TOPICS = {REGIMES_TOPIC: "regime", Topic.PODREGIMES: "pod_regime", Topic.ANOMALIES: "anomaly",
+                      RISK_TOPIC: "risk"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +103,8 @@ class DashboardState:
             self.decisions.add_decision(value, trace_id, v)
         elif isinstance(value, ActionResult):
             self.decisions.add_result(value, trace_id, v)
+        elif isinstance(value, RegimeLabelV2) and base_topic == Topic.PODREGIMES:
+            self.nodes.add_pod_regime(value, v)
         elif isinstance(value, RegimeLabelV2):
             self.nodes.add_regime(value, v)
         elif isinstance(value, AnomalyScore):

@@ -25,15 +25,13 @@ from typing import Any
 import numpy as np
 from prometheus_client import Counter
 
-from contracts import ContractError
 from contracts import telemetry as names
-from contracts.fast.nodestate import decode_nodestate_dict
 from contracts.models import PodPressure, PodPressureUnknownReason
 from contracts.topics import Topic
 from featurelib.pod import EXTENDED_EVENTS, WINDOW_S, PodWindow, PodWindows, pod_features
 from services.pod_pressure.model import PodPressureModel
 from services.pod_pressure.settings import PodPressureSettings
-from services.runtime.batch_stream import Batch, BatchStream, events_of
+from services.runtime.batch_stream import Batch, BatchStream, decoded_nodestates
 from services.runtime.model_watch import ModelWatcher, infer_rows
 from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id
@@ -118,23 +116,17 @@ class PodPressureProcessor:
 
     async def _handle(self, batch: Batch) -> None:
         closed: list[tuple[Any, list[PodWindow]]] = []
-        for records in batch.values():
-            for event in events_of(records):
-                try:
-                    state = decode_nodestate_dict(event.message.value)
-                except ContractError as exc:
-                    await self.sink.dead_letter(event, exc.message, exc.kind)
-                    continue
-                cgroups = state.get("cgroups") or {}
-                if not cgroups and not self.windows.is_open(state["node"]):
-                    continue
-                dropped = self.windows.dropped_pods
-                done = self.windows.observe(state["node"], state["ts_ms"], state["interval_ms"], cgroups,
-                                            input_ts_ms=int(event.message.timestamp))
-                if self.windows.dropped_pods > dropped:
-                    DROPPED.inc(self.windows.dropped_pods - dropped)
-                if done:
-                    closed.append((event, done))
+        async for event, state in decoded_nodestates(batch, self.sink):
+            cgroups = state.get("cgroups") or {}
+            if not cgroups and not self.windows.is_open(state["node"]):
+                continue
+            dropped = self.windows.dropped_pods
+            done = self.windows.observe(state["node"], state["ts_ms"], state["interval_ms"], cgroups,
+                                        input_ts_ms=int(event.message.timestamp))
+            if self.windows.dropped_pods > dropped:
+                DROPPED.inc(self.windows.dropped_pods - dropped)
+            if done:
+                closed.append((event, done))
         if closed:
             await self.publish(closed)
 

@@ -35,13 +35,15 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from contracts import ContractError
+from contracts.fast.nodestate import decode_nodestate_dict
 from contracts.headers import trace_id_of
 from contracts.topics import DEADLETTER_TOPIC
 from services.runtime.admin import PartitionCountError, check_partitions, connect_admin
@@ -82,6 +84,19 @@ class RecordEvent:
 
 def events_of(records: Sequence[Record]) -> list[RecordEvent]:
     return [RecordEvent(r) for r in records]
+
+
+async def decoded_nodestates(batch: Batch, sink: Sink) -> AsyncIterator[tuple[RecordEvent, dict[str, Any]]]:
+    """Each NodeState of the batch as the fast decoder's dict, in order; one that does not decode is dead-lettered
+    (its original bytes, bounded) and skipped."""
+    for records in batch.values():
+        for event in events_of(records):
+            try:
+                state = decode_nodestate_dict(event.message.value)
+            except ContractError as exc:
+                await sink.dead_letter(event, exc.message, exc.kind)
+                continue
+            yield event, state
 
 
 class StateHooks(Protocol):

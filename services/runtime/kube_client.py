@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 class GoneError(Exception):
@@ -118,3 +123,27 @@ async def watch_objects(api: client.ApiClient, path: str, selector: list[tuple[s
             yield kind, obj
     finally:
         resp.release()
+
+
+async def relist_until_stopped(api: client.ApiClient, stop: asyncio.Event, every_s: float,
+                               refresh: Callable[[client.ApiClient], Awaitable[str]], *, what: str,
+                               on_failure: str) -> None:
+    """Call ``refresh`` (it lists what it needs and stores it; returns a line for the log) every ``every_s`` until
+    ``stop`` is set, then close ``api``. A failure keeps what was stored, is logged once (``what`` failed
+    (error): ``on_failure``) and once more when a refresh succeeds again."""
+    failing = False
+    try:
+        while not stop.is_set():
+            try:
+                done = await refresh(api)
+                if failing:
+                    log.info("%s again (%s)", what, done)
+                failing = False
+            except (ApiException, GoneError, aiohttp.ClientError, TimeoutError) as exc:
+                if not failing:
+                    log.warning("%s failed (%s): %s", what, exc, on_failure)
+                failing = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every_s)
+    finally:
+        await api.close()

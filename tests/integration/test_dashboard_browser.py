@@ -25,7 +25,15 @@ from typing import Any
 import aiohttp
 import pytest
 
-from contracts.models import DriftReport, FeatureDrift, FeatureVector, LoadForecast, LoadQuantiles, RolloutEvent
+from contracts.models import (
+    DriftReport,
+    FeatureDrift,
+    FeatureVector,
+    LoadForecast,
+    LoadQuantiles,
+    RegimeLabelV2,
+    RolloutEvent,
+)
 from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, Topic
 from featurelib.node.schema import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
 from services.runtime.producer import Producer
@@ -238,6 +246,10 @@ async def produce_load_and_drift(bootstrap: str, prefix: str) -> None:
                 baseline="v-test", status=status, step=step, steps=3, fraction=0.5 if step == 2 else 0.1,  # type: ignore[arg-type]
                 reason=reason, origin="judged", reporter="regime-0", compared=900, labelled=800,
                 metrics={"matched_accuracy_current": 0.903, "matched_accuracy_candidate": 0.412}))
+        # the pod-relative model's shadow label of node-007 (shown beside the node model's)
+        await producer.send(Topic.PODREGIMES, "node-007", RegimeLabelV2(
+            node="node-007", ts_ms=now, regime="membw", confidence=0.91, raw_regime="membw", changed=False,
+            interference={}, model_version="pods-browser", input_ts_ms=now))
         await producer.flush()
     finally:
         await producer.stop()
@@ -312,12 +324,15 @@ async def test_dashboard_in_headless_chromium(kafka_bootstrap: str, topic_prefix
         expected = regime_of(7, traffic.rounds - 1)
         cell = await page.wait_for(
             """(() => { const c = document.querySelector('[data-node="node-007"] .regime-cell');
-                        return c && c.dataset.regime ? {regime: c.dataset.regime, text: c.textContent,
-                          strip: c.parentElement.querySelectorAll('svg.spark rect').length} : null; })()""",
-            what="regime cell of node-007",
+                        const p = c && c.querySelector('.pod-regime');
+                        return c && c.dataset.regime && p ? {regime: c.dataset.regime, text: c.textContent,
+                          pods: p.textContent, strip: c.parentElement.querySelectorAll('svg.spark rect').length}
+                          : null; })()""",
+            what="regime cell of node-007 with the pod-relative label",
         )
         assert cell["regime"] == expected
         assert cell["text"].startswith(expected)
+        assert cell["pods"] == "pods: membw"  # the shadow label beside it, never in its place
         assert cell["strip"] >= 2  # the regime history sparkline has the replayed rounds
 
         # cluster state beside the orchestrator's intent, and pipeline health

@@ -626,13 +626,13 @@ def test_network_policies_deny_by_default_and_allow_exactly_the_needed_flows(
               and not d["spec"].get("egress")}
     assert denies == {("borg-system", "default-deny"), ("borg-node", "default-deny")}
     pods = _pods(docs)
-    api_writers = {"referee", "cluster-watcher"}
+    api_clients = {"referee", "cluster-watcher", "pod-regime"}
     for name, (ns, labels) in pods.items():
         # every workload: DNS, Kafka and the OTLP collector out
         for port, proto in ((53, "UDP"), (53, "TCP"), (9092, "TCP"), (4317, "TCP"), (4318, "TCP")):
             assert allowed(docs, ns, labels, "Egress", port, proto), (name, port, proto)
-        # the API server only for the two services that talk to it
-        assert allowed(docs, ns, labels, "Egress", 443) == (name in api_writers), name
+        # the API server only for the three services that talk to it (pod-regime only lists pods)
+        assert allowed(docs, ns, labels, "Egress", 443) == (name in api_clients), name
         # nothing else out, e.g. no SSH or HTTP to anywhere
         assert not allowed(docs, ns, labels, "Egress", 22) and not allowed(docs, ns, labels, "Egress", 80), name
         if name == "kafka":

@@ -53,6 +53,7 @@ from services.runtime.model_watch import ModelRefusedError, resolve
 from simulator import SyntheticCluster
 from simulator.arena.world import ArenaCluster
 from tests.conftest import wait_until
+from tests.integration.test_referee_helpers import kube_admin  # noqa: F401 (fixture)
 from tests.integration.test_stream_pipeline import ServiceProc, collector, running, spawn, wait_ready
 from tests.kafka_helpers import drain
 from tests.malformed_corpus import Case, consumer_breaking_cases, corpus, template
@@ -70,6 +71,7 @@ SERVICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "risk": ("risk", ("taskevents.v1", "features.v1")),
     "forecast": ("forecast", ("features.v1",)),
     "pod-pressure": ("pod_pressure", ("nodestate.v1",)),
+    "pod-regime": ("regime.pods", ("nodestate.v1",)),
     "drift": ("drift", ("features.v1", REGIMES_TOPIC, RISK_TOPIC, "taskevents.v1")),
     "agent-reliability": ("agents.reliability", reliability.INPUT_TOPICS),
     "agent-efficiency": ("agents.efficiency", efficiency.INPUT_TOPICS),
@@ -81,6 +83,7 @@ PROCESSING_REFUSALS: dict[tuple[str, str], frozenset[str]] = {
     # ``processing`` letter each): NodeState.seq is an unbounded int, the window state stores int64
     # (featurelib.node.windows._SEQ_LIMIT)
     ("features", "nodestate.v1"): frozenset({"int_2_pow_70", "int_400_digits"}),
+    ("pod-regime", "nodestate.v1"): frozenset({"int_2_pow_70", "int_400_digits"}),  # the same node windows
 }
 TOPICS = sorted({t for _, topics in SERVICES.values() for t in topics})
 CORPUS_PARTITION = 0
@@ -370,9 +373,10 @@ def models_dir(tmp: Path) -> Path:
     return models / "failure"
 
 
-def spawn_all(bootstrap: str, prefix: str, tmp: Path) -> tuple[ServiceProc, ...]:
+def spawn_all(bootstrap: str, prefix: str, tmp: Path, kubeconfig: Path) -> tuple[ServiceProc, ...]:
     failure = models_dir(tmp)
     extra: dict[str, dict[str, str]] = {
+        "pod-regime": {"KUBECONFIG": str(kubeconfig)},  # each pod's job comes from the API server's pod list
         "risk": {"RISK_MODEL_DIR": str(failure), "RISK_RESCORE_S": "0"},
         "drift": {"DRIFT_FAILURE_MODEL_DIR": str(failure), "DRIFT_REPORT_EVERY_S": "1"},
         "referee": {"REFEREE_MODE": "shadow", "REFEREE_GROUP_ID": group_of("referee", prefix),
@@ -384,8 +388,9 @@ def spawn_all(bootstrap: str, prefix: str, tmp: Path) -> tuple[ServiceProc, ...]
                  for service, (module, _) in SERVICES.items())
 
 
+@pytest.mark.kube
 async def test_every_service_dead_letters_each_refused_case_once_and_keeps_running(
-        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, kube_admin: Path) -> None:  # noqa: F811
     prefix = topic_prefix
     limit = await broker_message_max_bytes(kafka_bootstrap)
     cases = {topic: corpus(topic, limit) for topic in TOPICS}
@@ -400,9 +405,9 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
         await kcat_produce(kafka_bootstrap, prefix + "nodestate.v1", at_limit, limit, tmp_path / "at.bin",
                            asyncio.Semaphore(1))
 
-    services = spawn_all(kafka_bootstrap, prefix, tmp_path)
+    services = spawn_all(kafka_bootstrap, prefix, tmp_path, kube_admin)
     bases = ["deadletter.v2", "features.v1", REGIMES_TOPIC, "anomalies.v1", RISK_TOPIC, "proposals.v1",
-             "decisions.v1", FORECASTS_TOPIC, DRIFT_TOPIC, Topic.PODPRESSURE]
+             "decisions.v1", FORECASTS_TOPIC, DRIFT_TOPIC, Topic.PODPRESSURE, Topic.PODREGIMES]
     with running(*services):
         await wait_ready(services, timeout=120)
         now_ms = int(time.time() * 1000)
@@ -422,6 +427,7 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
                 decisions = {d.target.key() for d in accepted(g, "decisions.v1", Decision)}
                 forecasts = {f.node for f in accepted(g, FORECASTS_TOPIC, LoadForecast)}
                 pod_pressures = {(p.node, p.status) for p in accepted(g, Topic.PODPRESSURE, PodPressure)}
+                pod_regimes = {r.node for r in accepted(g, Topic.PODREGIMES, RegimeLabelV2)}
                 checks = {
                     f"{expected_letters} dead letters": len(g.records["deadletter.v2"]) >= expected_letters,
                     "features of the sim- nodes": any(v.node.startswith("sim-")
@@ -434,6 +440,7 @@ async def test_every_service_dead_letters_each_refused_case_once_and_keeps_runni
                     "decision on good/api": "Deployment/good/api" in decisions,
                     "forecast of good-fc": "good-fc" in forecasts,
                     "pod pressure on good-pod": ("good-pod", "ok") in pod_pressures,
+                    "pod-relative regime of good-pod": "good-pod" in pod_regimes,
                     "a drift report": bool(accepted(g, DRIFT_TOPIC, DriftReport)),
                 }
                 missing[:] = [what for what, ok in checks.items() if not ok]

@@ -57,7 +57,7 @@ def test_nodestate_round_trip_is_lossless() -> None:
 
 def test_every_registry_topic_has_a_schema_and_model() -> None:
     names = [t.name for t in TOPICS]
-    assert len(names) == len(set(names)) == 19  # 14 + forecasts, drift, capabilities, rollouts, podpressure
+    assert len(names) == len(set(names)) == 20  # 14 + forecasts, drift, capabilities, rollouts, podpressure, podregimes
     for spec in TOPICS:
         assert render(spec.name).startswith(b"{")
         assert topic_spec(spec.name) is spec

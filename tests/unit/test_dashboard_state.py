@@ -19,7 +19,7 @@ from contracts.models import (
     RegimeLabelV2,
     TargetRef,
 )
-from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from contracts.topics import REGIMES_TOPIC, RISK_TOPIC, Topic
 from services.dashboard.clusters import compare
 from services.dashboard.decisions import Intent
 from services.dashboard.series import RateWindow, Series
@@ -186,6 +186,21 @@ def test_unknown_regime_and_out_of_range_risk_are_shown_as_such(state: Dashboard
     state.apply(REGIMES_TOPIC, regime("n1", "none", T0 + 2000))
     assert state.snapshot(T0 + 2000)["counts"]["unknown_nodes"] == 0
     assert state.snapshot(T0 + 2000)["nodes"][0]["regime"]["abstain"] == []
+
+
+def test_the_pod_relative_label_is_shown_beside_the_node_models_and_never_replaces_it(state: DashboardState) -> None:
+    state.apply(REGIMES_TOPIC, regime("n1", "llc", T0))
+    state.apply(Topic.PODREGIMES, regime("n1", "membw", T0 + 1000))
+    state.apply(Topic.PODREGIMES, unknown("n2", T0 + 1000))
+    nodes = {n["node"]: n for n in state.snapshot(T0 + 1000)["nodes"]}
+    assert nodes["n1"]["regime"]["label"] == "llc" and nodes["n1"]["series"]["regime"]["v"] == [1]
+    assert (nodes["n1"]["pod_regime"]["label"], nodes["n1"]["pod_regime"]["abstain"]) == ("membw", [])
+    assert nodes["n2"]["regime"] is None and nodes["n2"]["pod_regime"]["label"] == "unknown"
+    assert nodes["n2"]["pod_regime"]["abstain"] == ["counters_missing", "out_of_distribution"]
+    assert "pod_regime" not in nodes["n2"]["series"]  # no history strip of its own
+    assert state.snapshot(T0 + 1000)["counts"]["unknown_nodes"] == 0  # counts the node model's labels only
+    state.forget(Topic.PODREGIMES, "n2")  # a tombstone: n2 has nothing left
+    assert [n["node"] for n in state.snapshot(T0 + 1000)["nodes"]] == ["n1"]
 
 
 def test_older_message_does_not_replace_latest_value(state: DashboardState) -> None:

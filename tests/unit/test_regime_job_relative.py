@@ -114,7 +114,7 @@ def test_cli_writes_every_variant_for_every_window_setting(tmp_path: Path, capsy
     report = orjson.loads(out.read_bytes())
     assert set(report["settings"]) == {"windows_1", "windows_2"}
     for rows in report["settings"].values():
-        assert set(rows) == set(jr.VARIANTS)
+        assert set(rows) == set(jr.VARIANTS) - set(jr.NODE_VARIANTS)  # those read the node's features: --cluster
         for row in rows.values():
             assert set(row) == {*(f"heldout_seed{s}" for s in jr.EVAL_SEEDS), "train_kinds", "heldout_mean"}
             seeds = [row[f"heldout_seed{s}"]["accuracy"] for s in jr.EVAL_SEEDS]
@@ -125,7 +125,8 @@ def test_cli_writes_every_variant_for_every_window_setting(tmp_path: Path, capsy
 
 
 @pytest.mark.parametrize(("args", "named"), [(["--windows", "1,x"], "--windows"), (["--history", "0"], "--history"),
-                                             (["--variants", "victims,nodes"], "nodes")])
+                                             (["--variants", "victims,nodes"], "nodes"),
+                                             (["--variants", "victims_node_lag"], "--cluster")])
 def test_cli_names_a_bad_option(args: list[str], named: str, capsys: pytest.CaptureFixture[str],
                                 tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_:
@@ -161,9 +162,30 @@ def test_cluster_windows_are_the_eval_regime_windows_with_their_labels() -> None
 
 def test_cli_cluster_mode_judges_the_eval_clusters_windows(tmp_path: Path) -> None:
     out = tmp_path / "cluster.json"
-    assert jr.main(["--cluster", "--quick", "--windows", "1", "--variants", "victims", "--out", str(out)]) == 0
+    assert jr.main(["--cluster", "--quick", "--windows", "1", "--variants", "victims,victims_node_lag",
+                    "--out", str(out)]) == 0
     report = orjson.loads(out.read_bytes())
     assert report["mode"] == "cluster"
-    row = report["settings"]["windows_1"]["victims"]
-    # quick: 8 nodes × 60 s per held-out cluster = 48 windows, the eval cluster's panes
-    assert all(row[f"heldout_seed{s}"]["windows"] == 48 for s in jr.EVAL_SEEDS)
+    for variant in ("victims", "victims_node_lag"):
+        row = report["settings"]["windows_1"][variant]
+        # quick: 8 nodes × 60 s per held-out cluster = 48 windows, the eval cluster's panes
+        assert all(row[f"heldout_seed{s}"]["windows"] == 48 for s in jr.EVAL_SEEDS)
+
+
+def test_node_variants_add_the_nodes_features_and_its_previous_window() -> None:
+    kinds = ["search_index", "spmv", "video_encode", "web_frontend"]
+    data = jr.cluster_windows(kinds, 8, nodes=3, ticks=60, jobs_per_kind=3, windows=1)
+    base, y = jr.vectors(data, "victims", 6)
+    with_node, y2 = jr.vectors(data, "victims_node", 6)
+    lagged, _ = jr.vectors(data, "victims_node_lag", 6)
+    width = base.shape[1] + len(next(w for tick in data for w in tick).node_x)  # type: ignore[arg-type]
+    assert np.array_equal(y, y2) and with_node.shape[1] == width and lagged.shape[1] == 2 * width
+    np.testing.assert_array_equal(with_node[:, :base.shape[1]], base)
+    nodes = [w.node for tick in data for w in tick]
+    first = {n: nodes.index(n) for n in set(nodes)}
+    for i, node in enumerate(nodes):
+        if i == first[node]:
+            assert np.isnan(lagged[i, width:]).all()
+        else:
+            before = max(j for j in range(i) if nodes[j] == node)
+            np.testing.assert_array_equal(lagged[i, width:], with_node[before])

@@ -59,7 +59,7 @@ def test_nothing_is_wired_to_what_is_not_running(
     wired, notes = stack.local_service_env({})
     assert wired == {}
     assert any(n.startswith("tracing: off") for n in notes)
-    assert any("referee and cluster-watcher will not start" in n for n in notes)
+    assert any("referee, cluster-watcher and pod-regime will not start" in n for n in notes)
 
 
 def test_services_honour_otel_sdk_disabled(monkeypatch: pytest.MonkeyPatch) -> None:

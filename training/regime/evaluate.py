@@ -11,6 +11,10 @@ so the coverage measured here is the coverage served. Two sources:
 * ``--alibaba PATH``: the Alibaba 2018 machine_usage series (no labels): the distribution of labels
   and abstention reasons.
 
+``--basis pods`` judges the shipped pod-relative model instead (``models/regime_pods``,
+``services.regime.pod_model``): the same cluster, its NodeStates carrying each pod's per-cgroup counts and each
+pod's job, read through ``featurelib.pod_regime`` (``training.regime.pod_model.simulate``).
+
 ``--record`` also stores the summary in the model card (``evaluation`` section) with the command.
 """
 
@@ -21,7 +25,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 import orjson
@@ -47,8 +51,12 @@ HARD = abstention.COUNTERS_MISSING | abstention.OUT_OF_DISTRIBUTION
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="borgctl eval regime", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="result JSON (bench format); the PNG goes beside it")
-    p.add_argument("--model", type=Path, default=ROOT / "models" / "regime",
-                   help="model root (its CURRENT) or a version directory (default models/regime)")
+    p.add_argument("--basis", choices=("node", "pods"), default="node",
+                   help="node: the node regime model on the node's counters; pods: the pod-relative model on each "
+                        "pod's counters against its own job's pods")
+    p.add_argument("--model", type=Path, default=None,
+                   help="model root (its CURRENT) or a version directory (default models/regime, or "
+                        "models/regime_pods with --basis pods)")
     add_seed(p, 7, help="simulator seed of the evaluation cluster")
     p.add_argument("--nodes", type=int, default=32)
     p.add_argument("--ticks", type=int, default=1500, help="intervals of 1 s (10 s windows)")
@@ -60,7 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def judge_all(model: RegimeModel, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+class JudgedModel(Protocol):
+    """What this evaluation needs of a model: the node model (``RegimeModel``) and the pod-relative one."""
+
+    @property
+    def regimes(self) -> tuple[str, ...]: ...
+
+    def __call__(self, x: np.ndarray, /) -> tuple[np.ndarray, Any]: ...
+
+    def judge(self, x: np.ndarray, probs: np.ndarray, /) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def judge_all(model: JudgedModel, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """(probabilities, abstention mask, OOD score, judge seconds) in batches of ``BATCH`` rows."""
     probs, masks, oods = [], [], []
     judge_s = 0.0
@@ -92,7 +111,7 @@ def label_distribution(pred: np.ndarray, mask: np.ndarray, regimes: Sequence[str
     return out
 
 
-def evaluate_windows(model: RegimeModel, x: np.ndarray, truth: np.ndarray) -> dict[str, Any]:
+def evaluate_windows(model: JudgedModel, x: np.ndarray, truth: np.ndarray) -> dict[str, Any]:
     """Metrics of the shipped model + rules on labelled windows (truth: index into the model's regimes)."""
     probs, mask, ood, judge_s = judge_all(model, x)
     pred = probs.argmax(axis=1) if len(probs) else np.zeros(0, dtype=np.int64)
@@ -178,12 +197,23 @@ def _card_entry(summary: dict[str, Any], command: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, progress: Reporter, command: str) -> int:
-    version_dir = resolve(args.model)
-    model = load_regime_model(version_dir)
-    progress(f"model {model.version} ({version_dir})")
-    if args.alibaba is not None:
-        return _run_alibaba(args, model, version_dir, progress, command)
-    kinds = list(model.card.get("data", {}).get("heldout_kinds") or [])
+    model: JudgedModel
+    if args.basis == "pods":
+        from services.regime.pod_model import load_pod_regime_model
+
+        if args.alibaba is not None:
+            raise UsageError("--alibaba judges the node model: the Alibaba 2018 trace has no per-pod counters")
+        version_dir = resolve(args.model or ROOT / "models" / "regime_pods")
+        model = pods = load_pod_regime_model(version_dir)
+        version, card, what = pods.version, pods.card, "pod-relative regime"
+    else:
+        version_dir = resolve(args.model or ROOT / "models" / "regime")
+        model = node = load_regime_model(version_dir)
+        if args.alibaba is not None:
+            return _run_alibaba(args, node, version_dir, progress, command)
+        version, card, what = node.version, node.card, "regime"
+    progress(f"{what} model {version} ({version_dir})")
+    kinds = list(card.get("data", {}).get("heldout_kinds") or [])
     if not kinds:
         print(f"eval regime: {version_dir} names no held-out kinds (data.heldout_kinds)", file=sys.stderr)
         return 2
@@ -192,17 +222,24 @@ def run(args: argparse.Namespace, progress: Reporter, command: str) -> int:
         return 2
     nodes, ticks = (12, 600) if args.quick else (args.nodes, args.ticks)
     progress(f"simulating {nodes} nodes x {ticks} s, held-out kinds only: {', '.join(kinds)} (seed {args.seed})")
-    data = simulate_windows(kinds=kinds, nodes=nodes, ticks=ticks, seed=args.seed, progress=progress,
-                            label="held-out kinds")
-    progress(f"judging {len(data):,} windows")
-    summary = evaluate_windows(model, data.x, data.regime)
-    case = f"heldout_kinds_seed{args.seed}"
-    details = {"command": command, "model_version": model.version, "model_dir": str(version_dir),
-               "heldout_kinds": kinds, "simulation": data.params, "abstention_rules": model.card.get("abstention"),
+    if args.basis == "pods":
+        from training.regime.pod_model import simulate
+
+        pod_data = simulate(kinds, seed=args.seed, nodes=nodes, ticks=ticks, progress=progress, label="held-out kinds")
+        x, truth, params = pod_data.x, pod_data.regime, pod_data.params
+    else:
+        data = simulate_windows(kinds=kinds, nodes=nodes, ticks=ticks, seed=args.seed, progress=progress,
+                                label="held-out kinds")
+        x, truth, params = data.x, data.regime, data.params
+    progress(f"judging {len(truth):,} windows")
+    summary = evaluate_windows(model, x, truth)
+    case = f"{'pods_' if args.basis == 'pods' else ''}heldout_kinds_seed{args.seed}"
+    details = {"command": command, "basis": args.basis, "model_version": version, "model_dir": str(version_dir),
+               "heldout_kinds": kinds, "simulation": params, "abstention_rules": card.get("abstention"),
                case: summary}
     write_doc(args.out, result_rows(case, summary), details)
     png = args.out.with_suffix(".png")
-    plot_risk_coverage(png, summary, f"regime {model.version}, held-out kinds, seed {args.seed}")
+    plot_risk_coverage(png, summary, f"{what} {version}, held-out kinds, seed {args.seed}")
     sel = summary["selective_accuracy"]
     progress(f"accuracy {summary['accuracy']:.3f}, coverage {summary['coverage']:.3f}, selective accuracy "
              + ("n/a" if sel is None else f"{sel:.3f}") + f"; reasons {summary['abstention_reasons']}")

@@ -29,7 +29,10 @@ Variants (the classifier's input per node):
   bands (``SyntheticCluster._draw``), so a job's median splits them by construction: an upper bound, not what a
   real fleet would give;
 * ``profile`` (the control): the pods' absolute features, largest and smallest over the node's pods — what the
-  node model sees, per pod.
+  node model sees, per pod;
+* ``victims_node`` / ``victims_node_lag`` (``--cluster`` only): ``victims`` plus the node's own feature row (what
+  the node model reads), and for ``_lag`` both again for the node's previous window — the recipe the shipped
+  pod-relative model serves (``featurelib.pod_regime``, ``borgctl train regime-pods``).
 
 Two ways to make the data. Default, fleet snapshots: every node draws an epoch as ``borgctl eval regime``'s
 cluster does (:meth:`SyntheticCluster.draw_epoch`; the counter rates drawn once per epoch, as the cluster draws
@@ -62,6 +65,7 @@ import orjson
 
 from contracts.models import REGIMES
 from featurelib.node.samples import sample_from_dict
+from featurelib.node.schema import as_model_input
 from featurelib.node.windows import DictStore, NodeWindows
 from featurelib.pod import EXTENDED_FEATURES, WINDOW_S, pod_features
 from simulator.cluster import EVENTS, SyntheticCluster, node_rates, workload_rates
@@ -85,7 +89,10 @@ RATIOS: Final = (*VICTIM_RATIOS, *STALL_RATIOS, ACTIVITY)
 """Every deviation computed, in this column order (``JobReference.deviations``)."""
 PROFILE: Final = ("ipc", "miss_ratio", "miss_pki", "branch_miss_ratio", "ref_pki", "branch_pki")
 MIN_REFERENCE_PODS: Final = 3
-VARIANTS: Final = ("victims", "victims_stalls", "victims_activity", "profile")
+VARIANTS: Final = ("victims", "victims_stalls", "victims_activity", "profile", "victims_node", "victims_node_lag")
+NODE_VARIANTS: Final = ("victims_node", "victims_node_lag")
+"""``--cluster`` only: ``victims`` plus the node's own features (and, ``_lag``, both again for the node's previous
+window) — the recipe ``featurelib.pod_regime`` serves (``borgctl train regime-pods``)."""
 EVAL_SEEDS: Final = (7, 8, 9)
 TRAIN_SEED: Final = 101
 SAME_KINDS_SEED: Final = 202
@@ -108,6 +115,9 @@ class NodeWindow:
     jobs: tuple[Job, ...]
     ids: tuple[Hashable, ...]
     """A pod seen in several windows (``--cluster``) keeps its id: the reference counts distinct pods."""
+    node: str = ""
+    node_x: np.ndarray | None = None
+    """``--cluster``: the node's own feature row (``featurelib.node``), for the ``victims_node*`` variants."""
 
 
 class JobReference:
@@ -295,7 +305,8 @@ def cluster_windows(kinds: Sequence[str], seed: int, nodes: int, ticks: int, job
                     history.append(pod_row({name: float(v) for name, v in zip(EVENTS, scaled, strict=True)}))
                     rows.append(np.mean(history, axis=0))
                     jobs.append(job)
-                closed.append(NodeWindow(label, np.asarray(rows), tuple(jobs), tuple(last)))
+                closed.append(NodeWindow(label, np.asarray(rows), tuple(jobs), tuple(last), window.node,
+                                         as_model_input(window.values, window.valid)))
         live = {pod for ids in sim.pod_ids.values() for pod in ids}
         for gone in [pod for pod in recent if pod not in live]:
             del recent[gone]
@@ -309,10 +320,21 @@ def vectors(data: Sequence[Sequence[NodeWindow]], variant: str, history: int) ->
     reference = JobReference(history, RATIOS)
     x: list[np.ndarray] = []
     y: list[int] = []
+    previous: dict[str, np.ndarray] = {}
     for snap in data:
         reference.add(snap)
         for w in snap:
-            x.append(node_vector(w, reference.deviations(w), variant))
+            if variant in NODE_VARIANTS:
+                if w.node_x is None:
+                    raise ValueError(f"variant {variant} reads the node's own features: run it with --cluster")
+                row = np.concatenate([node_vector(w, reference.deviations(w), "victims"), w.node_x])
+                if variant == "victims_node_lag":
+                    lag = previous.get(w.node, np.full(len(row), np.nan))
+                    previous[w.node] = row
+                    row = np.concatenate([row, lag])
+                x.append(row)
+            else:
+                x.append(node_vector(w, reference.deviations(w), variant))
             y.append(w.regime)
     return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.int64)
 
@@ -407,9 +429,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--history", type=int, default=6, help="snapshots a job's reference is drawn from")
     p.add_argument("--windows", type=_positive_ints, default=[1, 6],
                    help="10 s windows averaged per pod (comma-separated)")
-    p.add_argument("--variants", type=_variants, default=list(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}")
+    p.add_argument("--variants", type=_variants, default=None,
+                   help=f"comma-separated: {', '.join(VARIANTS)} (default: all; without --cluster all but "
+                        f"{', '.join(NODE_VARIANTS)})")
     p.add_argument("--quick", action="store_true", help="tiny fleets (a smoke run, figures meaningless)")
     args = p.parse_args(argv)
+    if args.variants is None:
+        args.variants = [v for v in VARIANTS if args.cluster or v not in NODE_VARIANTS]
+    if not args.cluster and set(args.variants) & set(NODE_VARIANTS):
+        p.error(f"--variants {', '.join(NODE_VARIANTS)} read the node's own features: add --cluster")
     for name in ("snapshots", "jobs_per_kind", "history"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -154,7 +154,7 @@
       for (const row of msg.nodes) {
         // a diff carries only the signals and series that changed: merge them into what we have
         const old = full ? null : S.nodes.get(row.node);
-        const merged = old ? { ...old, ...row, series: { ...old.series } } : { regime: null, anomaly: null, risk: null, ...row, series: {} };
+        const merged = old ? { ...old, ...row, series: { ...old.series } } : { regime: null, anomaly: null, risk: null, pod_regime: null, ...row, series: {} };
         for (const k of Object.keys(row.series)) {
           const fresh = expand(row.series[k]);
           merged.series[k] = old ? mergePoints(old.series[k], fresh) : fresh;
@@ -359,6 +359,11 @@
       : rg.label === "unknown"
         ? `<span class="regime r-unknown" title="the model abstained (treated as neutral: no taint, no penalty) · ${esc(abstain)}${rg.ood_score !== null && rg.ood_score !== undefined ? ` · ood score ${fmt(rg.ood_score)} (1 = threshold)` : ""} · model ${esc(rg.model)}">unknown</span><span class="conf abstain">${esc(abstain)}</span>`
         : `<span class="regime r-${esc(rg.label)}" title="raw ${esc(rg.raw)} · worst class ${esc(rg.worst_class)} ×${fmt(rg.slowdown)} · model ${esc(rg.model)}">${esc(rg.label)}</span><span class="conf">${fmt(rg.confidence)}</span>`;
+    // the pod-relative model's label (podregimes.v1): a shadow beside the node model's, nothing acts on it
+    const pr = n.pod_regime;
+    const podRegime = !pr
+      ? ""
+      : `<span class="pod-regime${old(pr)}" title="pod-relative model (each pod against its own job's pods; shadow, not acted on) · ${pr.label === "unknown" ? esc(pr.abstain.map((r) => r.replace(/_/g, " ")).join(", ")) : `confidence ${fmt(pr.confidence)}`} · model ${esc(pr.model)}">pods: ${esc(pr.label)}</span>`;
     const an = n.anomaly;
     const anomaly = an ? `<span class="${an.is_anomaly ? "anom-hot" : ""}" title="threshold ${fmt(an.threshold)}">${fmt(an.score)}</span>` : '<span class="muted">–</span>';
     const rk = n.risk;
@@ -373,7 +378,7 @@
     return (
       `<div class="nrow node-grid${stale ? " stale" : ""}" style="top:${i * ROW_H}px" data-node="${esc(n.node)}" data-stale="${stale}">` +
       `<span class="name" title="${esc(n.node)}">${esc(n.node)}</span>` +
-      `<span class="regime-cell${old(rg)}" data-regime="${rg ? esc(rg.label) : ""}">${regime}</span>` +
+      `<span class="regime-cell${old(rg)}" data-regime="${rg ? esc(rg.label) : ""}">${regime}${podRegime}</span>` +
       `<span>${regimeStrip(n.series.regime)}</span>` +
       `<span class="num${old(an)}">${anomaly}</span>` +
       `<span>${spark(n.series.anomaly, "a", 1)}</span>` +

@@ -1,0 +1,90 @@
+"""The pod-relative regime model: classifier over ``featurelib.pod_regime`` rows (ONNX), with its abstention rules.
+
+Loaded and judged by the same code offline (``borgctl eval regime --basis pods``) and by a stage serving it, so
+the coverage measured is the coverage that would be served. Rules (card ``abstention``): fewer than
+``min_pods_read`` pods read, or one of the node's ``required_features`` invalid (the shipped card requires none: a
+node's pods carry the evidence) → ``counters_missing``; top probability below the floor → ``low_confidence``.
+It has no out-of-distribution rule: reading pods against their own jobs is what carries it to kinds it never saw
+(docs/models.md), so distance from the training kinds is not a reason to abstain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import onnxruntime as ort
+
+from contracts.models import REGIMES
+from featurelib.node.schema import FEATURE_INDEX
+from featurelib.pod_regime import COLUMNS, N_COLUMNS, VICTIM_COLUMNS, pod_regime_schema_hash
+from services.regime import abstention
+from services.runtime.model_watch import ModelRefusedError, onnx_session, read_card, verify_sha256
+
+MODEL_KIND: Final = "regime_pods"
+PODS_COLUMN: Final = COLUMNS.index("pods")
+_NODE_OFFSET: Final = len(VICTIM_COLUMNS)
+
+
+@dataclass(frozen=True)
+class PodRegimeModel:
+    version: str
+    card: dict[str, Any]
+    classifier: ort.InferenceSession
+    regimes: tuple[str, ...]
+    input_name: str
+    required: tuple[int, ...]
+    """Columns of the row (the node's own features) without which the model abstains."""
+    min_pods_read: int
+    confidence_floor: float
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Probabilities (n, regimes) for float32 rows of ``N_COLUMNS`` (NaN = not measurable)."""
+        if x.ndim != 2 or x.shape[1] != N_COLUMNS:
+            raise ValueError(f"expected rows of {N_COLUMNS} columns, got shape {x.shape}")
+        out = self.classifier.run(None, {self.input_name: np.ascontiguousarray(x, dtype=np.float32)})[1]
+        return np.asarray(out, dtype=np.float64)
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, None]:
+        """(``predict``, None): the shape ``borgctl eval regime`` calls the node model with."""
+        return self.predict(x), None
+
+    def judge(self, x: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(abstention bitmask uint8, ``abstention`` bits; NaN OOD score: this model has none) per row."""
+        pods_read = np.nan_to_num(x[:, PODS_COLUMN])
+        missing = abstention.counters_missing(x, self.required) | (pods_read < self.min_pods_read)
+        mask = np.where(missing, abstention.COUNTERS_MISSING, 0).astype(np.uint8)
+        if self.confidence_floor > 0.0 and probs.shape[0]:
+            mask |= np.where(probs.max(axis=1) < self.confidence_floor, abstention.LOW_CONFIDENCE, 0).astype(np.uint8)
+        return mask, np.full(x.shape[0], np.nan)
+
+
+def load_pod_regime_model(version_dir: Path) -> PodRegimeModel:
+    card = read_card(version_dir, kind=MODEL_KIND, schema_hash=pod_regime_schema_hash())
+    verify_sha256(version_dir, card)
+    if list(card["features"].get("columns", [])) != list(COLUMNS):
+        raise ModelRefusedError(f"{version_dir}: the card's input columns differ from featurelib.pod_regime's")
+    regimes = tuple(card["outputs"]["regimes"])
+    if regimes != REGIMES:
+        raise ModelRefusedError(f"{version_dir}: regimes {regimes} differ from {REGIMES}")
+    rules = card.get("abstention") or {}
+    required = list(rules.get("required_features", abstention.DEFAULT_REQUIRED_FEATURES))
+    unknown = [n for n in required if n not in FEATURE_INDEX]
+    floor = float((rules.get("low_confidence") or {}).get("floor", 0.0))
+    min_pods = int(rules.get("min_pods_read", 1))
+    if unknown or not 0.0 <= floor <= 1.0 or min_pods < 1:
+        raise ModelRefusedError(f"{version_dir}: bad abstention rules (unknown features {unknown[:5]}, "
+                                f"floor {floor}, min_pods_read {min_pods})")
+    model = PodRegimeModel(
+        version=str(card["version"]), card=card,
+        classifier=onnx_session(version_dir / card["onnx"]["files"]["classifier"]), regimes=regimes,
+        input_name=card["onnx"].get("input_name", "input"),
+        required=tuple(_NODE_OFFSET + FEATURE_INDEX[n] for n in required), min_pods_read=min_pods,
+        confidence_floor=floor)
+    try:  # a model that cannot score an all-missing row is refused now, not mid-stream
+        model(np.full((1, N_COLUMNS), np.nan, dtype=np.float32))
+    except Exception as exc:
+        raise ModelRefusedError(f"{version_dir}: test inference failed ({exc})") from None
+    return model

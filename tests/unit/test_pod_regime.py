@@ -1,0 +1,309 @@
+"""featurelib.pod_regime (a node's pods read against their own jobs), the shipped pod-relative regime model and its
+rules, and ``borgctl eval regime --basis pods`` on data the project simulates itself (held-out kinds)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from contracts.models import REGIMES
+from featurelib.node.windows import pane_phase_ms
+from featurelib.pod_regime import (
+    COLUMNS,
+    LAG_MAX_MS,
+    N_COLUMNS,
+    RATIOS,
+    VICTIM_COLUMNS,
+    JobReference,
+    PodRegimeWindow,
+    PodRegimeWindows,
+    deviations,
+    pod_row,
+    victim_columns,
+)
+from services.regime import abstention
+from services.regime.pod_model import load_pod_regime_model
+from services.regime.pods.jobs import PodJobs
+from services.regime.pods.processor import label_of
+from services.runtime.model_watch import ModelRefusedError
+from simulator.cluster import SyntheticCluster
+from training.regime.evaluate import eval_regime
+from training.regime.pod_model import main as pod_model_main
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_ROOT = ROOT / "models" / "regime_pods"
+COL = {name: i for i, name in enumerate(COLUMNS)}
+
+
+def uid(n: int) -> str:
+    return f"{n:08x}-0000-4000-8000-000000000000"
+
+
+def pod_counts(ipc: float = 2.0, miss_ratio: float = 0.1, miss_pki: float = 5.0, branch_miss_ratio: float = 0.02,
+               cycles: float = 1e9) -> dict[str, float]:
+    instructions = ipc * cycles
+    misses = miss_pki * instructions / 1000
+    branches = 0.2 * instructions
+    return {"cycles": cycles, "instructions": instructions, "cache-misses": misses, "task-clock": 1e9,
+            "context-switches": 10.0, "cache-references": misses / miss_ratio, "branch-instructions": branches,
+            "branch-misses": branch_miss_ratio * branches}
+
+
+def cgroup(n: int, counts: dict[str, float], drop: str | None = None) -> tuple[str, dict[str, dict[str, object]]]:
+    return (f"/kubepods/burstable/pod{uid(n)}",
+            {e: {"raw": v, "value": v, "enabled_ns": 10**9, "running_ns": 10**9, "status": "counted"}
+             for e, v in counts.items() if e != drop})
+
+
+def node_states(nodes: int, ticks: int) -> Iterator[list[dict[str, object]]]:
+    """Realistic node-side NodeStates (the simulator's, 1 s apart), one list per tick."""
+    for batch in SyntheticCluster(nodes=nodes, seed=3).run(ticks):
+        yield batch.nodestate_dicts()
+
+
+def test_reference_needs_three_distinct_pods_and_forgets_windows_older_than_its_history() -> None:
+    ref = JobReference(history_ms=60_000, min_pods=3)
+    lone = pod_row(pod_counts(ipc=2.0), 10.0)
+    for t in range(3):
+        ref.add(t * 10_000, "web", "a", lone)
+    assert ref.reference("web", 20_000) is None  # one replica's own past is no reference
+    ref.add(20_000, "web", "b", pod_row(pod_counts(ipc=1.0, miss_ratio=0.3), 10.0))
+    ref.add(20_000, "web", "c", pod_row(pod_counts(ipc=1.5, miss_ratio=0.2), 10.0))
+    got = ref.reference("web", 20_000)
+    assert got is not None
+    ipcs = [2.0, 2.0, 2.0, 1.0, 1.5]
+    assert got[0] == pytest.approx(np.quantile(ipcs, 0.9))
+    assert got[1] == pytest.approx(np.quantile([0.1, 0.1, 0.1, 0.3, 0.2], 0.1))
+    assert ref.reference("other", 20_000) is None
+    assert ref.reference("web", 79_999) is not None  # b and c (t=20 s) are still inside 60 s
+    assert ref.reference("web", 80_000) is None  # everything aged out
+
+
+def test_reference_is_bounded_in_jobs() -> None:
+    ref = JobReference(min_pods=1, max_jobs=2)
+    row = pod_row(pod_counts(), 10.0)
+    for job in ("a", "b", "c"):
+        ref.add(0, job, job, row)
+    assert ref.reference("a", 0) is None and ref.reference("c", 0) is not None
+
+
+def test_deviations_and_victim_columns_by_hand() -> None:
+    rows = np.array([pod_row(pod_counts(ipc=1.0, miss_ratio=0.2, miss_pki=10.0, branch_miss_ratio=0.02), 10.0),
+                     pod_row(pod_counts(ipc=2.0, miss_ratio=0.1, miss_pki=5.0, branch_miss_ratio=0.04), 10.0),
+                     pod_row(pod_counts(), 10.0)])
+    reference = np.array([2.0, 0.1, 5.0, 0.02])
+    dev = deviations(rows, [reference, reference, None])
+    assert [name for name, _, _ in RATIOS] == ["ipc", "miss_ratio", "miss_pki", "branch_miss_ratio"]
+    np.testing.assert_allclose(dev[0], [math.log(2), math.log(2), math.log(2), 0.0], atol=1e-9)
+    np.testing.assert_allclose(dev[1], [0.0, 0.0, 0.0, math.log(2)], atol=1e-9)
+    assert np.isnan(dev[2]).all()  # no reference, no deviation
+    v = dict(zip(VICTIM_COLUMNS, victim_columns(rows, dev), strict=True))
+    assert v["pods"] == 3 and v["pods_referenced"] == 2
+    assert v["max_dev_ipc"] == pytest.approx(math.log(2))
+    assert v["max_dev_branch_miss_ratio"] == pytest.approx(math.log(2))
+    assert v["sum_rise_miss_ratio"] == pytest.approx(math.log(2))
+    assert v["victim_miss_ratio"] == pytest.approx(0.2)  # the pod whose miss ratio rose most: the first
+    assert v["victim_ref_pki"] == pytest.approx(10.0 / 0.2)
+    assert v["victim_ipc"] == pytest.approx(2.0)  # the pod whose branch misses rose most: the second
+    empty = dict(zip(VICTIM_COLUMNS, victim_columns(rows[:0], dev[:0]), strict=True))
+    assert empty["pods"] == 0 and math.isnan(empty["max_dev_ipc"]) and empty["sum_rise_ipc"] == 0.0
+
+
+def test_a_pod_disturbed_on_its_node_rises_against_its_job_on_other_nodes() -> None:
+    jobs = {uid(n): "shop/web" for n in range(4)} | {uid(9): "shop/db"}
+    frames = PodRegimeWindows(jobs.get)
+    last: dict[str, np.ndarray] = {}
+    for states in node_states(nodes=4, ticks=60):
+        for i, state in enumerate(states):
+            counts = pod_counts(ipc=1.0, miss_ratio=0.2) if i == 3 else pod_counts()
+            pods = dict([cgroup(i, counts), ("/system.slice/sshd.service", {})])
+            if i == 0:
+                pods.update([cgroup(9, pod_counts(ipc=0.5))])  # its job has one pod: no reference
+            state["cgroups"] = pods
+            for w in frames.observe(state):
+                assert w.x.shape == (N_COLUMNS,) and w.x.dtype == np.float32
+                last[w.node] = w.x
+    calm, disturbed = last["sim-0000"], last["sim-0003"]
+    assert calm[COL["pods"]] == 2 and calm[COL["pods_referenced"]] == 1
+    assert disturbed[COL["max_dev_ipc"]] == pytest.approx(math.log(2), abs=1e-4)
+    assert disturbed[COL["max_dev_miss_ratio"]] == pytest.approx(math.log(2), abs=1e-4)
+    assert calm[COL["max_dev_ipc"]] == pytest.approx(0.0, abs=1e-4)
+    assert not np.isnan(calm[len(VICTIM_COLUMNS):2 * len(VICTIM_COLUMNS)]).all()  # the node's own features
+
+
+def test_pods_missing_an_event_or_gone_before_the_pane_ends_are_not_read() -> None:
+    frames = PodRegimeWindows({uid(n): "j" for n in range(3)}.get)
+    seen: list[float] = []
+    for tick, states in enumerate(node_states(nodes=1, ticks=40)):
+        state = states[0]
+        ts = int(state["ts_ms"])  # type: ignore[call-overload]
+        in_pane = (ts - pane_phase_ms("sim-0000")) % 10_000
+        pods = dict([cgroup(0, pod_counts())])
+        pods.update([cgroup(1, pod_counts(), drop="branch-misses" if tick == 17 else None)])
+        if in_pane < 5_000:
+            pods.update([cgroup(2, pod_counts())])  # leaves half-way through every pane
+        state["cgroups"] = pods
+        seen += [float(w.x[COL["pods"]]) for w in frames.observe(state)]
+    assert len(seen) >= 3
+    # pod 2 is never read; pod 1 is not read in the pane where it missed an event
+    assert 1.0 in seen and 2.0 in seen and set(seen) <= {1.0, 2.0}
+
+
+def test_previous_window_columns_and_their_absence_after_a_gap() -> None:
+    frames = PodRegimeWindows({uid(0): "j"}.get)
+    out = []
+    for tick, states in enumerate(node_states(nodes=1, ticks=80)):
+        if 30 <= tick < 30 + LAG_MAX_MS // 1000 + 15:
+            continue  # the node goes quiet for longer than LAG_MAX_MS
+        states[0]["cgroups"] = dict([cgroup(0, pod_counts())])
+        out += frames.observe(states[0])
+    half = N_COLUMNS // 2
+    firsts = [w for w in out if np.isnan(w.x[half:]).all()]
+    assert out[0] in firsts and len(firsts) == 2  # the very first window, and the first after the gap
+    chained = [(a, b) for a, b in itertools.pairwise(out) if b.ts_ms - a.ts_ms <= LAG_MAX_MS]
+    assert chained
+    for a, b in chained:
+        np.testing.assert_array_equal(b.x[half:], a.x[:half])
+
+
+def test_bounded_in_pods_per_pane() -> None:
+    frames = PodRegimeWindows(lambda _: None, max_pods=2)
+    for states in node_states(nodes=1, ticks=25):
+        states[0]["cgroups"] = dict(cgroup(n, pod_counts()) for n in range(5))
+        for w in frames.observe(states[0]):
+            assert w.pods == 2 and w.referenced == 0
+    assert frames.dropped_pods > 0
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Path:
+    return MODEL_ROOT / (MODEL_ROOT / "CURRENT").read_text().strip()
+
+
+def test_shipped_model_abstains_without_pods_or_counters_and_below_its_floor(shipped: Path) -> None:
+    model = load_pod_regime_model(shipped)
+    assert 0.0 < model.confidence_floor < 1.0
+    x = np.full((3, N_COLUMNS), np.nan, dtype=np.float32)
+    probs, _ = model(x)
+    assert probs.shape == (3, 5)
+    mask, ood = model.judge(x, probs)
+    assert (mask & abstention.COUNTERS_MISSING).all() and np.isnan(ood).all()
+    confident = np.tile([[0.96, 0.01, 0.01, 0.01, 0.01]], (3, 1))
+    row = np.zeros((3, N_COLUMNS), dtype=np.float32)
+    row[:, COL["pods"]] = [0, 2, 2]
+    mask, _ = model.judge(row, confident)
+    assert mask.tolist() == [abstention.COUNTERS_MISSING, 0, 0]
+    unsure = np.full((1, 5), 0.2)
+    assert model.judge(row[1:2], unsure)[0].tolist() == [abstention.LOW_CONFIDENCE]
+
+
+def test_a_model_trained_on_other_rows_is_refused(shipped: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "v"
+    shutil.copytree(shipped, copy)
+    card = orjson.loads((copy / "model_card.json").read_bytes())
+    card["features"]["schema_hash"] = "0" * 64
+    (copy / "model_card.json").write_bytes(orjson.dumps(card))
+    with pytest.raises(ModelRefusedError, match="feature schema"):
+        load_pod_regime_model(copy)
+    card = orjson.loads((shipped / "model_card.json").read_bytes())
+    card["abstention"]["low_confidence"]["floor"] = 1.5
+    (copy / "model_card.json").write_bytes(orjson.dumps(card))
+    with pytest.raises(ModelRefusedError, match=r"floor 1\.5"):
+        load_pod_regime_model(copy)
+
+
+def test_eval_regime_pods_on_held_out_kinds_holds_the_figures_in_the_docs(tmp_path: Path) -> None:
+    """docs/models.md's figures, on the evaluation's own cluster (seed 7: 32 nodes x 1,500 s): its 60 % most
+    confident answers reach the issue's 0.90; the shipped floor (calibrated without the held-out kinds) answers
+    more than that and stays below 0.90 there."""
+    out = tmp_path / "pods.json"
+    assert eval_regime(["--basis", "pods", "--seed", "7", "--out", str(out), "-q"]) == 0
+    doc = orjson.loads(out.read_bytes())
+    got = {r["metric"]: r["value"] for r in doc["results"]}
+    assert got["windows"] == 4800
+    assert got["accuracy"] > 0.75  # the node model: 0.50 on these windows
+    assert got["coverage"] >= 0.70 and 0.85 <= got["selective_accuracy"] < 0.90
+    curve = doc["details"]["pods_heldout_kinds_seed7"]["risk_coverage"]
+    at_060 = next(a for c, a in zip(curve["coverage"], curve["selective_accuracy"], strict=True) if c >= 0.60)
+    assert at_060 >= 0.90
+    assert out.with_suffix(".png").stat().st_size > 0
+    assert doc["details"]["basis"] == "pods"
+    assert set(doc["details"]["heldout_kinds"]).isdisjoint(
+        orjson.loads((MODEL_ROOT / (MODEL_ROOT / "CURRENT").read_text().strip() / "model_card.json").read_bytes())
+        ["data"]["train_kinds"])
+
+
+def test_eval_regime_pods_refuses_the_alibaba_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = eval_regime(["--basis", "pods", "--alibaba", str(tmp_path / "m.csv"), "--out", str(tmp_path / "o.json")])
+    assert code == 2
+    assert "no per-pod counters" in capsys.readouterr().err
+
+
+def pod(name: str, uid_: str, namespace: str | None = "shop", labels: dict[str, str] | None = None,
+        owner: tuple[str, str] | None = None) -> dict[str, object]:
+    meta: dict[str, object] = {"name": name, "uid": uid_, "labels": labels or {}}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if owner is not None:
+        meta["ownerReferences"] = [{"kind": "Node", "name": "not-a-controller"},
+                                   {"kind": owner[0], "name": owner[1], "controller": True}]
+    return {"metadata": meta, "spec": {"nodeName": "n1"}}
+
+
+def test_pod_jobs_name_each_pods_job_and_keep_a_gone_pod_for_the_grace() -> None:
+    jobs = PodJobs("example.com/job", grace_s=60.0)
+    jobs.update([pod("web-1", "u1", labels={"example.com/job": "web"}, owner=("ReplicaSet", "web-5d8f")),
+                 pod("api-7c9-x", "u2", owner=("ReplicaSet", "api-7c9")),
+                 pod("lone", "u3", namespace=None),
+                 {"metadata": {"name": "no-uid"}}], now=0.0)
+    assert jobs.job_of("u1") == "shop/web"  # the label wins over the controller
+    assert jobs.job_of("u2") == "shop/ReplicaSet/api-7c9"  # replicas share their ReplicaSet
+    assert jobs.job_of("u3") == "default/Pod/lone"
+    assert len(jobs) == 3 and jobs.job_of("nobody") is None
+    jobs.update([pod("api-7c9-x", "u2", owner=("ReplicaSet", "api-7c9"))], now=59.0)
+    assert jobs.job_of("u1") == "shop/web"  # gone from the list, inside the grace: its last window still closes
+    jobs.update([], now=61.0)
+    assert jobs.job_of("u1") is None and jobs.job_of("u2") == "shop/ReplicaSet/api-7c9"
+
+
+def test_a_label_says_the_answer_or_why_there_is_none() -> None:
+    window = PodRegimeWindow("n1", 3, 1_700_000_010_000, np.zeros(N_COLUMNS, dtype=np.float32),
+                             np.zeros(1, dtype=np.float32), pods=2, referenced=1)
+    probs = np.array([0.05, 0.1, 0.7, 0.1, 0.05])
+    answered = label_of(window, probs, 0, REGIMES, "v1", changed=True)
+    assert (answered.regime, answered.raw_regime, answered.abstain, answered.changed) == ("membw", "membw", [], True)
+    assert answered.confidence == pytest.approx(0.7) and answered.interference == {}
+    unsure = label_of(window, probs, abstention.LOW_CONFIDENCE, REGIMES, "v1", changed=False)
+    assert (unsure.regime, unsure.confidence, unsure.abstain) == ("unknown", 0.0, ["low_confidence"])
+    blind = label_of(window, probs, abstention.COUNTERS_MISSING | abstention.LOW_CONFIDENCE, REGIMES, "v1", False)
+    assert blind.abstain == ["counters_missing", "low_confidence"]
+
+
+def test_train_regime_pods_quick_writes_a_version_the_stage_loads(tmp_path: Path) -> None:
+    assert pod_model_main(["--quick", "--no-current", "--out", str(tmp_path)]) == 0
+    (version,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert not (tmp_path / "CURRENT").exists()
+    model = load_pod_regime_model(version)
+    card = model.card
+    assert card["data"]["train_kinds"] and set(card["data"]["train_kinds"]).isdisjoint(card["data"]["heldout_kinds"])
+    fold = card["abstention"]["low_confidence"]["folds"][0]
+    assert set(fold["unseen_kinds"]) <= set(card["data"]["train_kinds"])  # calibrated without the held-out kinds
+    assert set(fold["unseen_kinds"]).isdisjoint(fold["fit_kinds"])
+    assert card["onnx"]["parity_max_abs_diff"] <= 1e-4
+    probs = model.predict(np.zeros((2, N_COLUMNS), dtype=np.float32))
+    assert probs.shape == (2, 5) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_train_regime_pods_names_a_bad_kinds_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        pod_model_main(["--kinds-from", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--kinds-from" in capsys.readouterr().err
+
