@@ -277,12 +277,15 @@ def test_a_label_says_the_answer_or_why_there_is_none() -> None:
     window = PodRegimeWindow("n1", 3, 1_700_000_010_000, np.zeros(N_COLUMNS, dtype=np.float32),
                              np.zeros(1, dtype=np.float32), pods=2, referenced=1)
     probs = np.array([0.05, 0.1, 0.7, 0.1, 0.05])
-    answered = label_of(window, probs, 0, REGIMES, "v1", changed=True)
+    answered = label_of(window, probs, 0, REGIMES, "v1", changed=True, input_ts_ms=1_700_000_011_000)
     assert (answered.regime, answered.raw_regime, answered.abstain, answered.changed) == ("membw", "membw", [], True)
     assert answered.confidence == pytest.approx(0.7) and answered.interference == {}
-    unsure = label_of(window, probs, abstention.LOW_CONFIDENCE, REGIMES, "v1", changed=False)
+    assert (answered.ts_ms, answered.input_ts_ms) == (1_700_000_010_000, 1_700_000_011_000)
+    unsure = label_of(window, probs, abstention.LOW_CONFIDENCE, REGIMES, "v1", changed=False,
+                      input_ts_ms=1_700_000_011_000)
     assert (unsure.regime, unsure.confidence, unsure.abstain) == ("unknown", 0.0, ["low_confidence"])
-    blind = label_of(window, probs, abstention.COUNTERS_MISSING | abstention.LOW_CONFIDENCE, REGIMES, "v1", False)
+    blind = label_of(window, probs, abstention.COUNTERS_MISSING | abstention.LOW_CONFIDENCE, REGIMES, "v1", False,
+                     1_700_000_011_000)
     assert blind.abstain == ["counters_missing", "low_confidence"]
 
 
@@ -307,3 +310,18 @@ def test_train_regime_pods_names_a_bad_kinds_source(tmp_path: Path, capsys: pyte
     assert exit_info.value.code == 2
     assert "--kinds-from" in capsys.readouterr().err
 
+
+
+def test_the_pod_rows_judge_the_eval_clusters_windows_with_their_labels() -> None:
+    """``borgctl eval regime --basis pods`` judges the very windows the node model's evaluation judges: same
+    cluster, same panes, same labels, and the rows' node part is the node model's input row."""
+    from training.regime.pod_model import simulate
+    from training.regime.simwindows import simulate_windows
+
+    kinds = ["search_index", "spmv", "video_encode", "web_frontend"]
+    pods = simulate(kinds, seed=8, nodes=4, ticks=120)
+    node = simulate_windows(kinds=kinds, nodes=4, ticks=120, seed=8)
+    assert pods.regime.tolist() == node.regime.tolist()
+    start = len(VICTIM_COLUMNS)
+    np.testing.assert_array_equal(pods.x[:, start:start + node.x.shape[1]], node.x)
+    assert (pods.x[:, COL["pods"]] >= 1).all()  # every simulated node runs pods and each is read

@@ -48,7 +48,7 @@ from featurelib.pod_regime import COLUMNS, N_COLUMNS, PodRegimeWindows, pod_regi
 from simulator.cluster import EVENTS
 from simulator.workloads import KINDS, holdout_split
 from training.regime.artifacts import INPUT_NAME, VersionDir, max_abs_diff, new_version, save_onnx, session
-from training.regime.job_relative import PodCluster
+from training.regime.job_relative import PodCluster, fit
 from training.regime.model import TARGET_OPSET
 from training.regime.selective import confidence_floor
 
@@ -115,15 +115,6 @@ def simulate(kinds: Sequence[str], *, seed: int, nodes: int, ticks: int, jobs_pe
     params = {"kinds": list(kinds), "seed": seed, "nodes": nodes, "ticks": ticks, "jobs_per_kind": jobs_per_kind}
     return PodRegimeData(np.asarray(xs, dtype=np.float32).reshape(-1, N_COLUMNS),
                          np.asarray(labels, dtype=np.int64), params)
-
-
-def fit(x: np.ndarray, y: np.ndarray, seed: int = 0) -> Any:
-    import xgboost as xgb
-
-    model = xgb.XGBClassifier(n_estimators=300, max_depth=4, learning_rate=0.05, subsample=0.9, random_state=seed,
-                              n_jobs=2, objective="multi:softprob", num_class=len(REGIMES))
-    model.fit(x, y)
-    return model
 
 
 def calibration_kinds(train_kinds: Sequence[str], seed: int) -> tuple[list[str], list[str]]:

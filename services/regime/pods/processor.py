@@ -18,7 +18,6 @@ does a record the window code cannot take (``processing``).
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +39,6 @@ from services.runtime.stream_io import Sink, headers_of
 from services.runtime.stream_settings import app_id
 from services.runtime.stream_trace import stage_span
 
-log = logging.getLogger(__name__)
 SERVICE = "pod-regime"
 IN_TOPIC = Topic.NODESTATE
 OUT_TOPIC = Topic.PODREGIMES
@@ -51,16 +49,15 @@ PODS_READ = Counter("borg_pod_regime_pods_read_total",
                     ["reference"])
 
 
-def label_of(window: PodRegimeWindow, probs: np.ndarray | None, mask: int, regimes: Sequence[str], version: str,
-             changed: bool) -> RegimeLabelV2:
-    """The record for one window (``probs`` None: the model failed on it — said as ``counters_missing`` would be
-    wrong, so the caller dead-letters such windows instead; here ``probs`` is always given)."""
+def label_of(window: PodRegimeWindow, probs: np.ndarray, mask: int, regimes: Sequence[str], version: str,
+             changed: bool, input_ts_ms: int) -> RegimeLabelV2:
+    """The record for one window: the top regime, or ``unknown`` with the reasons in ``mask`` (``abstention`` bits).
+    ``input_ts_ms``: when the NodeState that closed the window was produced."""
     reasons = reasons_of(mask)
     fields: dict[str, Any] = {"node": window.node, "ts_ms": window.ts_ms, "changed": changed, "interference": {},
-                              "model_version": version, "input_ts_ms": window.ts_ms}
-    if reasons or probs is None:
-        fields |= {"regime": UNKNOWN_REGIME, "raw_regime": UNKNOWN_REGIME, "confidence": 0.0,
-                   "abstain": reasons or ["low_confidence"]}
+                              "model_version": version, "input_ts_ms": input_ts_ms}
+    if reasons:
+        fields |= {"regime": UNKNOWN_REGIME, "raw_regime": UNKNOWN_REGIME, "confidence": 0.0, "abstain": reasons}
     else:
         best = int(np.argmax(probs))
         fields |= {"regime": regimes[best], "raw_regime": regimes[best], "confidence": float(probs[best])}
@@ -116,7 +113,8 @@ class PodRegimeProcessor:
             probs = np.asarray(result[0], dtype=np.float64)
             mask = int(model.judge(window.x[None, :], probs[None, :])[0][0])
             regime = UNKNOWN_REGIME if mask else model.regimes[int(np.argmax(probs))]
-            record = label_of(window, probs, mask, model.regimes, model.version, self._changed(window.node, regime))
+            record = label_of(window, probs, mask, model.regimes, model.version, self._changed(window.node, regime),
+                              int(event.message.timestamp))
             attrs: dict[str, Any] = {names.NODE_NAME: window.node, names.MODEL_VERSION: model.version,
                                      "pod_regime.pods": window.pods, "pod_regime.referenced": window.referenced}
             with stage_span(names.SPAN_POD_REGIME_INFER, headers_of(event), topic=event.message.topic,
