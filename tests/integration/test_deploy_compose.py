@@ -72,8 +72,9 @@ def load(tool: Path, *files: str, directory: Path = ROOT, profiles: tuple[str, .
 def test_compose_loads_with_every_service(compose_check: Path) -> None:
     project = load(compose_check, "docker-compose.yml")
     registry = {s.name for s in SERVICES}
-    # the cluster watcher is in the `kube` profile (it needs a cluster)
-    assert set(project["services"]) == (registry - {"cluster-watcher"}) | INFRA
+    # the cluster watcher and pod-regime (each pod's job from the pod list) are in the `kube` profile: they need a
+    # cluster
+    assert set(project["services"]) == (registry - {"cluster-watcher", "pod-regime"}) | INFRA
     with_kube = load(compose_check, "docker-compose.yml", profiles=("kube",))
     assert set(with_kube["services"]) == registry | INFRA
     # models: the trainer's candidates (profile `trainer`); declared whatever the profiles
