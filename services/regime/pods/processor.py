@@ -105,13 +105,18 @@ class PodRegimeProcessor:
         model = self.models.current
         x = np.stack([w.x for _, w in closed])
         results, errors = infer_rows(lambda rows: (model.predict(rows),), x)
+        answered = [i for i, r in enumerate(results) if r is not None]
+        probs_of = np.zeros((len(closed), len(model.regimes)))
+        if answered:  # the batch's rules judged once, as its inference ran once
+            probs_of[answered] = np.asarray([results[i][0] for i in answered], dtype=np.float64)  # type: ignore[index]
+        masks = model.judge(x, probs_of)[0]
         for i, ((event, window), result) in enumerate(zip(closed, results, strict=True)):
             if result is None:
                 await self.sink.dead_letter(event, f"pod regime model: {errors.get(i, 'failed')}"[:2000],
                                             "processing")
                 continue
-            probs = np.asarray(result[0], dtype=np.float64)
-            mask = int(model.judge(window.x[None, :], probs[None, :])[0][0])
+            probs = probs_of[i]
+            mask = int(masks[i])
             regime = UNKNOWN_REGIME if mask else model.regimes[int(np.argmax(probs))]
             record = label_of(window, probs, mask, model.regimes, model.version, self._changed(window.node, regime),
                               int(event.message.timestamp))
