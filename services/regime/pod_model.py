@@ -3,7 +3,8 @@
 Loaded and judged by the same code offline (``borgctl eval regime --basis pods``) and by a stage serving it, so
 the coverage measured is the coverage that would be served. Rules (card ``abstention``): fewer than
 ``min_pods_read`` pods read, or one of the node's ``required_features`` invalid (the shipped card requires none: a
-node's pods carry the evidence) → ``counters_missing``; top probability below the floor → ``low_confidence``.
+node's pods carry the evidence) → ``counters_missing``; top probability below the floor of the regime it names
+(card ``low_confidence.floors``; an older card's single ``floor`` applies to every regime) → ``low_confidence``.
 It has no out-of-distribution rule: reading pods against their own jobs is what carries it to kinds it never saw
 (docs/models.md), so distance from the training kinds is not a reason to abstain.
 """
@@ -38,7 +39,8 @@ class PodRegimeModel:
     required: tuple[int, ...]
     """Columns of the row (the node's own features) without which the model abstains."""
     min_pods_read: int
-    confidence_floor: float
+    confidence_floors: tuple[float, ...]
+    """One floor per regime (``regimes`` order): a row abstains below the floor of its top regime."""
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Probabilities (n, regimes) for float32 rows of ``N_COLUMNS`` (NaN = not measurable)."""
@@ -56,8 +58,9 @@ class PodRegimeModel:
         pods_read = np.nan_to_num(x[:, PODS_COLUMN])
         missing = abstention.counters_missing(x, self.required) | (pods_read < self.min_pods_read)
         mask = np.where(missing, abstention.COUNTERS_MISSING, 0).astype(np.uint8)
-        if self.confidence_floor > 0.0 and probs.shape[0]:
-            mask |= np.where(probs.max(axis=1) < self.confidence_floor, abstention.LOW_CONFIDENCE, 0).astype(np.uint8)
+        if probs.shape[0] and max(self.confidence_floors) > 0.0:
+            floor = np.asarray(self.confidence_floors)[probs.argmax(axis=1)]
+            mask |= np.where(probs.max(axis=1) < floor, abstention.LOW_CONFIDENCE, 0).astype(np.uint8)
         return mask, np.full(x.shape[0], np.nan)
 
 
@@ -72,17 +75,22 @@ def load_pod_regime_model(version_dir: Path) -> PodRegimeModel:
     rules = card.get("abstention") or {}
     required = list(rules.get("required_features", abstention.DEFAULT_REQUIRED_FEATURES))
     unknown = [n for n in required if n not in FEATURE_INDEX]
-    floor = float((rules.get("low_confidence") or {}).get("floor", 0.0))
+    low = rules.get("low_confidence") or {}
+    by_regime = low.get("floors")
+    if isinstance(by_regime, dict):
+        floors = tuple(float(by_regime.get(r, float("nan"))) for r in regimes)
+    else:
+        floors = (float(low.get("floor", 0.0)),) * len(regimes)
     min_pods = int(rules.get("min_pods_read", 1))
-    if unknown or not 0.0 <= floor <= 1.0 or min_pods < 1:
+    if unknown or not all(0.0 <= f <= 1.0 for f in floors) or min_pods < 1:
         raise ModelRefusedError(f"{version_dir}: bad abstention rules (unknown features {unknown[:5]}, "
-                                f"floor {floor}, min_pods_read {min_pods})")
+                                f"floors {dict(zip(regimes, floors, strict=True))}, min_pods_read {min_pods})")
     model = PodRegimeModel(
         version=str(card["version"]), card=card,
         classifier=onnx_session(version_dir / card["onnx"]["files"]["classifier"]), regimes=regimes,
         input_name=card["onnx"].get("input_name", "input"),
         required=tuple(_NODE_OFFSET + FEATURE_INDEX[n] for n in required), min_pods_read=min_pods,
-        confidence_floor=floor)
+        confidence_floors=floors)
     try:  # a model that cannot score an all-missing row is refused now, not mid-stream
         model(np.full((1, N_COLUMNS), np.nan, dtype=np.float32))
     except Exception as exc:

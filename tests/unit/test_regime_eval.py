@@ -9,7 +9,13 @@ import orjson
 import pytest
 
 from training.regime.evaluate import eval_regime
-from training.regime.selective import confidence_floor, risk_coverage, selective_metrics
+from training.regime.selective import (
+    answered_by_class_floors,
+    class_confidence_floors,
+    confidence_floor,
+    risk_coverage,
+    selective_metrics,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +56,20 @@ def test_confidence_floor_lowest_reaching_target_and_fallback() -> None:
     assert (floor, met) == (0.9, True)
     # never reached: best selective accuracy among floors with enough windows, flagged
     assert confidence_floor(np.array([0.9, 0.8]), np.array([False, True]), target=0.9, min_answered=1) == (0.8, False)
+
+
+def test_class_floors_are_calibrated_per_predicted_class_and_applied_to_the_top_class() -> None:
+    # class 0 is reliable from 0.6 up, class 1 only from 0.9; class 2 is never predicted
+    probs = np.array([[0.95, 0.05, 0.0], [0.7, 0.3, 0.0], [0.6, 0.4, 0.0],
+                      [0.05, 0.95, 0.0], [0.3, 0.7, 0.0], [0.4, 0.6, 0.0]])
+    truth = np.array([0, 0, 0, 1, 0, 0])
+    floors, met = class_confidence_floors(probs, truth, target=0.9, min_answered=1)
+    assert floors == [0.6, 0.95, 1.0] and met == [True, True, False]
+    # one global floor reaching 0.9 would have had to drop class 0's answers at 0.7 and 0.6
+    assert confidence_floor(probs.max(axis=1), probs.argmax(axis=1) == truth, target=0.9, min_answered=1) == \
+        (0.95, True)
+    assert answered_by_class_floors(probs, floors).tolist() == [True, True, True, True, False, False]
+    assert answered_by_class_floors(np.array([[0.1, 0.2, 0.7]]), floors).tolist() == [False]
 
 
 def test_eval_regime_small_cluster_writes_bench_json_and_png(tmp_path: Path) -> None:

@@ -89,3 +89,27 @@ def confidence_floor(confidence: np.ndarray, correct: np.ndarray, *, target: flo
     candidates = np.nonzero(ok)[0]
     i = int(candidates[np.argmax(acc[candidates])])
     return float(conf[i]), False
+
+
+def class_confidence_floors(probs: np.ndarray, truth: np.ndarray, *, target: float,
+                            min_answered: int = 50) -> tuple[list[float], list[bool]]:
+    """One floor per predicted class (Mondrian-style): for the windows whose top class is ``k``, the lowest floor
+    on the top probability whose answers reach ``target`` accuracy (``confidence_floor`` on that class alone).
+    Returns (floors, target met) indexed by class; a class never predicted gets floor 1.0, not met."""
+    pred = probs.argmax(axis=1)
+    confidence = probs.max(axis=1)
+    correct = pred == truth
+    floors: list[float] = []
+    met: list[bool] = []
+    for k in range(probs.shape[1]):
+        of = pred == k
+        floor, ok = confidence_floor(confidence[of], correct[of], target=target, min_answered=min_answered)
+        floors.append(floor)
+        met.append(ok and bool(of.any()))
+    return floors, met
+
+
+def answered_by_class_floors(probs: np.ndarray, floors: Sequence[float]) -> np.ndarray:
+    """Which rows clear the floor of their own top class."""
+    answered: np.ndarray = probs.max(axis=1) >= np.asarray(floors, dtype=np.float64)[probs.argmax(axis=1)]
+    return answered

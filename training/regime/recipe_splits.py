@@ -1,0 +1,81 @@
+"""Which training recipe of the pod-relative model generalises better: each recipe trained on the kinds of a
+held-out split and judged on clusters of that split's held-out kinds (the clusters ``borgctl eval regime --seed S``
+simulates for them). A research tool for ``borgctl train regime-pods``'s choice of recipe; it trains nothing it
+ships and fits no floor.
+
+``python -m training.regime.recipe_splits [--splits 0,1,2,3,4] [--copies 0,4] [--seeds 7,8] [--nodes 64 --ticks
+3000] --out F.json`` (~1 min per split and recipe at full size on 2 cores, plus the evaluation clusters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from simulator.workloads import holdout_split
+from training.regime.job_relative import fit
+from training.regime.pod_model import JITTER_SEED, TRAIN_NODES, TRAIN_SEED, TRAIN_TICKS, simulate, simulate_jittered
+
+EVAL_NODES = 32
+EVAL_TICKS = 1500
+COVERAGE = 0.60
+
+
+def judged(probs: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    """Accuracy and the selective accuracy of the ``COVERAGE`` most confident windows."""
+    correct = probs.argmax(axis=1) == truth
+    top = np.argsort(-probs.max(axis=1), kind="stable")[: max(1, int(COVERAGE * len(truth)))]
+    return {"windows": len(truth), "accuracy": float(correct.mean()),
+            "selective_accuracy_at_060": float(correct[top].mean())}
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.regime.recipe_splits", description=__doc__.split("\n")[0])
+    p.add_argument("--splits", type=_ints, default=[0, 1, 2, 3, 4], help="holdout_split seeds")
+    p.add_argument("--copies", type=_ints, default=[0, 4], help="jittered copies per kind (0 = named kinds only)")
+    p.add_argument("--seeds", type=_ints, default=[7, 8], help="evaluation cluster seeds")
+    p.add_argument("--nodes", type=int, default=TRAIN_NODES)
+    p.add_argument("--ticks", type=int, default=TRAIN_TICKS)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    if args.nodes < 4 or args.ticks < 100 or any(c < 0 for c in args.copies) or not args.splits or not args.seeds:
+        p.error("need --nodes >= 4, --ticks >= 100, --copies >= 0 and at least one split and seed")
+    rows: list[dict[str, Any]] = []
+    for split in args.splits:
+        train_kinds, held = (list(k) for k in holdout_split(seed=split))
+        clusters = [simulate(held, seed=s, nodes=max(4, args.nodes // 2), ticks=args.ticks // 2) for s in args.seeds]
+        for copies in args.copies:
+            started = time.perf_counter()
+            data = simulate_jittered(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=copies,
+                                     nodes=args.nodes, ticks=args.ticks)
+            model = fit(data.x, data.regime)
+            for seed, cluster in zip(args.seeds, clusters, strict=True):
+                read = cluster.x[:, 0] >= 1
+                got = judged(model.predict_proba(cluster.x[read]), cluster.regime[read])
+                rows.append({"split": split, "heldout_kinds": held, "copies": copies, "seed": seed, **got})
+                print(f"split {split} ({', '.join(held)}), copies {copies}, seed {seed}: accuracy "
+                      f"{got['accuracy']:.3f}, at coverage {COVERAGE} {got['selective_accuracy_at_060']:.3f}",
+                      file=sys.stderr, flush=True)
+            print(f"split {split}, copies {copies}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps({"rows": rows, "nodes": args.nodes, "ticks": args.ticks},
+                                      option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
