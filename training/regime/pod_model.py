@@ -56,7 +56,12 @@ from training.regime.artifacts import INPUT_NAME, VersionDir, max_abs_diff, new_
 from training.regime.job_relative import PodCluster, fit
 from training.regime.model import TARGET_OPSET
 from training.regime.randomize import randomized_kinds
-from training.regime.selective import answered_by_class_floors, class_confidence_floors, confidence_floor
+from training.regime.selective import (
+    answered_by_class_floors,
+    class_confidence_floors,
+    confidence_floor,
+    selective_metrics,
+)
 
 JOBS_PER_KIND: Final = 3
 TRAIN_JOBS_PER_KIND: Final = 1
@@ -187,11 +192,9 @@ def calibration_fold(train_kinds: Sequence[str], split_seed: int, k: int, nodes:
 
 
 def selective(probs: np.ndarray, truth: np.ndarray, floors: Sequence[float]) -> dict[str, Any]:
-    kept = answered_by_class_floors(probs, floors)
-    correct = probs.argmax(axis=1) == truth
-    return {"windows": len(truth), "accuracy": float(correct.mean()) if len(truth) else None,
-            "coverage": float(kept.mean()) if len(truth) else None,
-            "selective_accuracy": float(correct[kept].mean()) if kept.any() else None}
+    """Windows, accuracy, coverage and selective accuracy (``selective_metrics``) under per-regime floors."""
+    got = selective_metrics(truth, probs.argmax(axis=1), answered_by_class_floors(probs, floors), REGIMES)
+    return {key: got[key] for key in ("windows", "accuracy", "coverage", "selective_accuracy")}
 
 
 Calibrate = Callable[[np.ndarray, np.ndarray], list[float]]

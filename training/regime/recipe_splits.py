@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 
 from simulator.workloads import holdout_split
+from training.regime.fleet_screen import accuracy_and_selective
 from training.regime.job_relative import fit
 from training.regime.pod_model import JITTER_SEED, TRAIN_NODES, TRAIN_SEED, TRAIN_TICKS, simulate, simulate_jittered
 
@@ -30,10 +31,8 @@ COVERAGE = 0.60
 
 def judged(probs: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     """Accuracy and the selective accuracy of the ``COVERAGE`` most confident windows."""
-    correct = probs.argmax(axis=1) == truth
-    top = np.argsort(-probs.max(axis=1), kind="stable")[: max(1, int(COVERAGE * len(truth)))]
-    return {"windows": len(truth), "accuracy": float(correct.mean()),
-            "selective_accuracy_at_060": float(correct[top].mean())}
+    accuracy, selective = accuracy_and_selective(probs, truth, COVERAGE)
+    return {"windows": len(truth), "accuracy": accuracy, "selective_accuracy_at_060": selective}
 
 
 def _ints(text: str) -> list[int]:
