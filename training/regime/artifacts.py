@@ -11,6 +11,7 @@ import datetime as dt
 import hashlib
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -57,6 +58,35 @@ def save_onnx(model: onnx.ModelProto, path: Path, metadata: dict[str, str]) -> s
     onnx.helper.set_model_props(model, metadata)
     path.write_bytes(model.SerializeToString())
     return sha256_file(path)
+
+
+def mean_of_classifiers(models: Sequence[onnx.ModelProto], opset: int) -> onnx.ModelProto:
+    """One ONNX graph averaging the probabilities of ``models`` (converted classifiers sharing one input and
+    the outputs ``label``, ``probabilities``), with the same two outputs: ``label`` = argmax of the mean. A single
+    file, so the loader that runs one classifier runs the ensemble unchanged."""
+    if not models:
+        raise ValueError("an ensemble needs at least one classifier")
+    first = models[0].graph
+    if [o.name for o in first.output] != ["label", "probabilities"] or len(first.input) != 1:
+        raise ValueError("expected classifiers with one input and the outputs label, probabilities")
+    nodes: list[onnx.NodeProto] = []
+    initializers: list[onnx.TensorProto] = []
+    probabilities: list[str] = []
+    for i, model in enumerate(models):
+        renamed = onnx.compose.add_prefix(model, f"member{i}_", rename_inputs=False)
+        nodes.extend(renamed.graph.node)
+        initializers.extend(renamed.graph.initializer)
+        probabilities.append(renamed.graph.output[1].name)
+    nodes.append(onnx.helper.make_node("Mean", probabilities, ["probabilities"], name="ensemble_mean"))
+    nodes.append(onnx.helper.make_node("ArgMax", ["probabilities"], ["label"], axis=1, keepdims=0,
+                                       name="ensemble_label"))
+    outputs = [onnx.helper.make_tensor_value_info("label", onnx.TensorProto.INT64, [None]),
+               onnx.helper.make_tensor_value_info("probabilities", onnx.TensorProto.FLOAT, [None, None])]
+    graph = onnx.helper.make_graph(nodes, "mean_of_classifiers", [first.input[0]], outputs, initializers)
+    imports = [op for op in models[0].opset_import if op.domain != ""] + [onnx.helper.make_opsetid("", opset)]
+    merged = onnx.helper.make_model(graph, opset_imports=imports)
+    onnx.checker.check_model(merged)
+    return merged
 
 
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:

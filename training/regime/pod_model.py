@@ -27,8 +27,10 @@ Abstention (card ``abstention``, applied by ``services.regime.pod_model.PodRegim
   a set of kinds the floors never saw gets.
 
 Training data: the named kinds plus jittered copies (``JITTER_COPIES`` per kind, ``training.regime.randomize``),
-one job each; on the calibration folds this raised unseen-kind accuracy from 0.75 to 0.81 (mean of 12 folds) and
-the folds reaching 0.90 at coverage 0.60 from 3 to 8 of 12 (training/README.md).
+one job each; on the calibration folds this raised unseen-kind accuracy from 0.75 to 0.81 (mean of 12 folds)
+(training/README.md). The model is the mean of ``ENSEMBLE_DRAWS`` classifiers, each on its own draw of copies and
+cluster (one draw's luck moved a fold's accuracy by up to 0.13), exported as one ONNX graph; the calibration folds
+fit the same ensemble, so the floors are the shipped model's.
 """
 
 from __future__ import annotations
@@ -52,7 +54,15 @@ from featurelib.pod import EXTENDED_EVENTS
 from featurelib.pod_regime import COLUMNS, N_COLUMNS, PodRegimeWindows, pod_regime_schema_hash
 from simulator.cluster import EVENTS
 from simulator.workloads import KINDS, holdout_split
-from training.regime.artifacts import INPUT_NAME, VersionDir, max_abs_diff, new_version, save_onnx, session
+from training.regime.artifacts import (
+    INPUT_NAME,
+    VersionDir,
+    max_abs_diff,
+    mean_of_classifiers,
+    new_version,
+    save_onnx,
+    session,
+)
 from training.regime.job_relative import PodCluster, fit
 from training.regime.model import TARGET_OPSET
 from training.regime.randomize import randomized_kinds
@@ -68,6 +78,8 @@ TRAIN_JOBS_PER_KIND: Final = 1
 JITTER_COPIES: Final = 4
 JITTER_SIGMA: Final = 0.5
 JITTER_SEED: Final = 500
+ENSEMBLE_DRAWS: Final = 3
+DRAW_SEED_STEP: Final = 100
 TRAIN_SEED: Final = 101
 VALIDATION_SEED: Final = 303
 TRAIN_NODES: Final = 64
@@ -75,9 +87,10 @@ TRAIN_TICKS: Final = 3000
 SELECTIVE_GOAL: Final = 0.90
 """Issue 20's target: this selective accuracy on kinds never seen, at ``COVERAGE_GOAL`` coverage or more."""
 COVERAGE_GOAL: Final = 0.60
-FLOOR_TARGET: Final = 0.92
+FLOOR_TARGET: Final = 0.93
 """Each regime's floor reaches this on the calibration folds pooled: the margin over ``SELECTIVE_GOAL`` that made
-most folds meet the goal when calibrated on the others (chosen on the training kinds' folds only; README)."""
+most folds meet the goal when calibrated on the others (chosen on the training kinds' folds only, for the
+three-member ensemble; README)."""
 CALIBRATION_SPLIT_SEEDS: Final = tuple(range(11, 23))
 MODEL_KIND: Final = "regime_pods"
 CLASSIFIER_FILE: Final = "regime_pods_classifier.onnx"
@@ -172,22 +185,63 @@ class CalibrationFold:
     truth: np.ndarray
 
 
+@dataclass(frozen=True)
+class Ensemble:
+    """Classifiers fitted on independent draws of the training data (each its own jittered copies and cluster);
+    the model is the mean of their probabilities."""
+    members: tuple[Any, ...]
+    draws: tuple[dict[str, Any], ...]
+    """Each member's data parameters (``PodRegimeData.params``)."""
+    windows: int
+    regime_counts: list[int]
+    check_x: np.ndarray
+    """Some of the first draw's rows, for the ONNX parity check."""
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(np.mean([m.predict_proba(x) for m in self.members], axis=0))
+
+
+def fit_ensemble(kinds: Sequence[str], *, seed: int, jitter_seed: int, copies: int, draws: int, nodes: int,
+                 ticks: int, progress: Reporter, label: str) -> Ensemble:
+    """``draws`` classifiers, draw d on ``simulate_jittered(seed + DRAW_SEED_STEP·d, jitter_seed +
+    DRAW_SEED_STEP·d)``: which copies a draw makes moves a fold's unseen-kind accuracy by up to 0.13, and the mean
+    of several draws does not depend on one (training/README.md)."""
+    members, params, counts = [], [], np.zeros(len(REGIMES), dtype=np.int64)
+    windows, check = 0, np.zeros((0, N_COLUMNS), dtype=np.float32)
+    for d in range(draws):
+        data = simulate_jittered(kinds, seed=seed + DRAW_SEED_STEP * d, jitter_seed=jitter_seed + DRAW_SEED_STEP * d,
+                                 copies=copies, nodes=nodes, ticks=ticks, progress=progress,
+                                 label=f"{label}, draw {d + 1}/{draws}")
+        missing = [REGIMES[r] for r in sorted(set(range(len(REGIMES))) - set(data.regime.tolist()))]
+        if missing:  # a member without a regime would answer fewer columns than the others
+            raise ValueError(f"{label}, draw {d + 1}: no window of regime {', '.join(missing)} in {len(data)} windows "
+                             f"(nodes {nodes}, ticks {ticks}); simulate a larger cluster")
+        members.append(fit(data.x, data.regime))
+        params.append(data.params)
+        counts += np.bincount(data.regime, minlength=len(REGIMES))
+        windows += len(data)
+        if d == 0:
+            check = data.x[:2000]
+    return Ensemble(tuple(members), tuple(params), windows, counts.tolist(), check)
+
+
 def calibration_fold(train_kinds: Sequence[str], split_seed: int, k: int, nodes: int, ticks: int, copies: int,
-                     progress: Reporter) -> CalibrationFold:
-    """One fold: fit on all but one kind per class (jittered, as the shipped model), score a cluster of the
-    set-aside kinds (named kinds, ``JOBS_PER_KIND`` jobs each, as ``borgctl eval regime`` simulates)."""
+                     draws: int, progress: Reporter) -> CalibrationFold:
+    """One fold: fit on all but one kind per class (jittered, ``draws`` members, as the shipped model), score a
+    cluster of the set-aside kinds (named kinds, ``JOBS_PER_KIND`` jobs each, as ``borgctl eval regime``
+    simulates)."""
     fit_kinds, novel = calibration_kinds(train_kinds, split_seed)
-    seen = simulate_jittered(fit_kinds, seed=TRAIN_SEED + 1 + k, jitter_seed=JITTER_SEED + k, copies=copies,
-                             nodes=nodes, ticks=ticks, progress=progress, label=f"fold {k + 1}: fit kinds")
+    seen = fit_ensemble(fit_kinds, seed=TRAIN_SEED + 1 + k, jitter_seed=JITTER_SEED + k, copies=copies, draws=draws,
+                        nodes=nodes, ticks=ticks, progress=progress, label=f"fold {k + 1}: fit kinds")
     unseen = simulate(novel, seed=VALIDATION_SEED + k, nodes=max(4, nodes // 2), ticks=ticks // 2,
                       progress=progress, label=f"fold {k + 1}: unseen kinds {', '.join(novel)}")
     answered = unseen.x[:, 0] >= 1  # pods read: the counters rule
-    probs = fit(seen.x, seen.regime).predict_proba(unseen.x)[answered]
+    probs = seen.predict_proba(unseen.x)[answered]
     truth = unseen.regime[answered]
     accuracy = float((probs.argmax(axis=1) == truth).mean()) if len(truth) else None
     progress(f"fold {k + 1}: accuracy {accuracy} on {len(truth):,} windows of unseen kinds")
-    summary = {"split_seed": split_seed, "fit_kinds": fit_kinds, "unseen_kinds": novel, "fit": seen.params,
-               "unseen": unseen.params, "windows": len(truth), "accuracy": accuracy}
+    summary = {"split_seed": split_seed, "fit_kinds": fit_kinds, "unseen_kinds": novel, "fit": seen.draws[0],
+               "fit_draws": len(seen.members), "unseen": unseen.params, "windows": len(truth), "accuracy": accuracy}
     return CalibrationFold(summary, tuple(novel), probs, truth)
 
 
@@ -233,10 +287,11 @@ def leave_one_fold_out(folds: Sequence[CalibrationFold], calibrate: Calibrate = 
 
 
 def train(out_root: Path, train_kinds: Sequence[str], heldout_kinds: Sequence[str], *, quick: bool,
-          progress: Reporter, command: str, set_current: bool = True, jitter_copies: int = JITTER_COPIES) -> Path:
+          progress: Reporter, command: str, set_current: bool = True, jitter_copies: int = JITTER_COPIES,
+          draws: int = ENSEMBLE_DRAWS) -> Path:
     nodes, ticks = (8, 400) if quick else (TRAIN_NODES, TRAIN_TICKS)
     started = time.perf_counter()
-    folds = [calibration_fold(train_kinds, seed, k, nodes, ticks, jitter_copies, progress)
+    folds = [calibration_fold(train_kinds, seed, k, nodes, ticks, jitter_copies, draws, progress)
              for k, seed in enumerate(CALIBRATION_SPLIT_SEEDS[:1] if quick else CALIBRATION_SPLIT_SEEDS)]
     pooled_probs = np.concatenate([f.probs for f in folds])
     pooled_truth = np.concatenate([f.truth for f in folds])
@@ -250,17 +305,17 @@ def train(out_root: Path, train_kinds: Sequence[str], heldout_kinds: Sequence[st
         progress(f"leave one fold out: coverage {held['mean_coverage']:.3f}, selective accuracy "
                  f"{held['mean_selective_accuracy']:.3f}, {held['folds_meeting_goal']}/{len(held['folds'])} folds "
                  f"meet {SELECTIVE_GOAL} at coverage >= {COVERAGE_GOAL}")
-    data = simulate_jittered(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=jitter_copies,
-                             nodes=nodes, ticks=ticks, progress=progress, label="training")
-    classifier = fit(data.x, data.regime)
-    progress(f"fitted on {len(data):,} windows ({time.perf_counter() - started:.0f} s so far)")
+    model = fit_ensemble(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=jitter_copies,
+                         draws=draws, nodes=nodes, ticks=ticks, progress=progress, label="training")
+    progress(f"fitted {draws} member(s) on {model.windows:,} windows ({time.perf_counter() - started:.0f} s so far)")
     version = new_version("pods")
     work = VersionDir(out_root, version)
     types = [(INPUT_NAME, FloatTensorType([None, N_COLUMNS]))]
-    onnx_model = onnxmltools.convert_xgboost(classifier, initial_types=types, target_opset=TARGET_OPSET)
-    check = data.x[:2000]
-    parity = max_abs_diff(np.asarray(session(onnx_model).run(None, {INPUT_NAME: check})[1]),
-                          classifier.predict_proba(check))
+    onnx_model = mean_of_classifiers(
+        [onnxmltools.convert_xgboost(member, initial_types=types, target_opset=TARGET_OPSET)
+         for member in model.members], TARGET_OPSET)
+    parity = max_abs_diff(np.asarray(session(onnx_model).run(None, {INPUT_NAME: model.check_x})[1]),
+                          model.predict_proba(model.check_x))
     if not parity <= 1e-4:
         raise RuntimeError(f"ONNX differs from XGBoost by {parity:.3g}")
     digest = save_onnx(onnx_model, work.work / CLASSIFIER_FILE, {"model": MODEL_KIND, "version": version})
@@ -269,9 +324,11 @@ def train(out_root: Path, train_kinds: Sequence[str], heldout_kinds: Sequence[st
         "features": {"schema_hash": pod_regime_schema_hash(), "columns": list(COLUMNS),
                      "node_schema_hash": node_feature_schema_hash()},
         "outputs": {"regimes": list(REGIMES)},
-        "data": {"train_kinds": list(train_kinds), "heldout_kinds": list(heldout_kinds), "training": data.params,
-                 "windows": len(data), "regime_counts": np.bincount(data.regime, minlength=len(REGIMES)).tolist()},
-        "classifier": {"kind": "XGBClassifier", "n_estimators": 300, "max_depth": 4, "learning_rate": 0.05},
+        "data": {"train_kinds": list(train_kinds), "heldout_kinds": list(heldout_kinds), "training": model.draws[0],
+                 "draws": list(model.draws), "windows": model.windows, "regime_counts": model.regime_counts},
+        "classifier": {"kind": "XGBClassifier", "n_estimators": 300, "max_depth": 4, "learning_rate": 0.05,
+                       "ensemble": {"members": draws, "rule": "mean of the members' probabilities",
+                                    "member_data": "data.draws"}},
         "abstention": {
             "required_features": [], "min_pods_read": 1,
             "low_confidence": {
@@ -308,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--jitter-copies", type=int, default=JITTER_COPIES, metavar="N",
                    help=f"jittered copies per training kind, one job each (default {JITTER_COPIES}); 0 = the named "
                         "kinds alone, 3 jobs each (the first recipe, for comparison)")
+    p.add_argument("--draws", type=int, default=ENSEMBLE_DRAWS, metavar="N",
+                   help=f"classifiers averaged, each on its own draw of training data (default {ENSEMBLE_DRAWS}); "
+                        "1 = a single classifier (the second recipe)")
     args = p.parse_args(argv)
     if args.holdout_seed is not None:
         split = holdout_split(seed=args.holdout_seed)
@@ -320,10 +380,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--kinds-from {args.kinds_from}: {exc}")
     if args.jitter_copies < 0:
         p.error(f"--jitter-copies must be >= 0, got {args.jitter_copies}")
+    if args.draws < 1:
+        p.error(f"--draws must be >= 1, got {args.draws}")
     command = "borgctl train regime-pods " + " ".join(sys.argv[1:] if argv is None else argv)
-    train(args.out, train_kinds, heldout, quick=args.quick, command=command, set_current=not args.no_current,
-          jitter_copies=args.jitter_copies,
-          progress=lambda msg: print(f"pod regime: {msg}", file=sys.stderr, flush=True))
+    try:
+        train(args.out, train_kinds, heldout, quick=args.quick, command=command, set_current=not args.no_current,
+              jitter_copies=args.jitter_copies, draws=args.draws,
+              progress=lambda msg: print(f"pod regime: {msg}", file=sys.stderr, flush=True))
+    except ValueError as exc:  # a cluster too small to hold every regime
+        p.error(str(exc))
     return 0
 
 

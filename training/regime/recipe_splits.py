@@ -3,13 +3,15 @@ held-out split and judged on clusters of that split's held-out kinds (the cluste
 simulates for them). A research tool for ``borgctl train regime-pods``'s choice of recipe; it trains nothing it
 ships and fits no floor.
 
-``python -m training.regime.recipe_splits [--splits 0,1,2,3,4] [--copies 0,4] [--seeds 7,8] [--nodes 64 --ticks
-3000] --out F.json`` (~1 min per split and recipe at full size on 2 cores, plus the evaluation clusters).
+``python -m training.regime.recipe_splits [--splits 0,1,2,3,4] [--copies 0,4] [--draws 1] [--seeds 7,8] [--nodes 64
+--ticks 3000] --out F.json`` (~1 min per split, recipe and draw at full size on 2 cores, plus the evaluation
+clusters). A recipe is (copies, draws): ``draws`` classifiers averaged, as ``borgctl train regime-pods --draws``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from collections.abc import Sequence
@@ -21,8 +23,7 @@ import orjson
 
 from simulator.workloads import holdout_split
 from training.regime.fleet_screen import accuracy_and_selective
-from training.regime.job_relative import fit
-from training.regime.pod_model import JITTER_SEED, TRAIN_NODES, TRAIN_SEED, TRAIN_TICKS, simulate, simulate_jittered
+from training.regime.pod_model import JITTER_SEED, TRAIN_NODES, TRAIN_SEED, TRAIN_TICKS, fit_ensemble, simulate
 
 EVAL_NODES = 32
 EVAL_TICKS = 1500
@@ -46,30 +47,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.regime.recipe_splits", description=__doc__.split("\n")[0])
     p.add_argument("--splits", type=_ints, default=[0, 1, 2, 3, 4], help="holdout_split seeds")
     p.add_argument("--copies", type=_ints, default=[0, 4], help="jittered copies per kind (0 = named kinds only)")
+    p.add_argument("--draws", type=_ints, default=[1], help="classifiers averaged per recipe (1 = one classifier)")
     p.add_argument("--seeds", type=_ints, default=[7, 8], help="evaluation cluster seeds")
     p.add_argument("--nodes", type=int, default=TRAIN_NODES)
     p.add_argument("--ticks", type=int, default=TRAIN_TICKS)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    if args.nodes < 4 or args.ticks < 100 or any(c < 0 for c in args.copies) or not args.splits or not args.seeds:
-        p.error("need --nodes >= 4, --ticks >= 100, --copies >= 0 and at least one split and seed")
+    if args.nodes < 4 or args.ticks < 100 or any(c < 0 for c in args.copies) or not args.splits or not args.seeds \
+            or not args.draws or any(d < 1 for d in args.draws):
+        p.error("need --nodes >= 4, --ticks >= 100, --copies >= 0, --draws >= 1 and at least one split and seed")
     rows: list[dict[str, Any]] = []
     for split in args.splits:
         train_kinds, held = (list(k) for k in holdout_split(seed=split))
         clusters = [simulate(held, seed=s, nodes=max(4, args.nodes // 2), ticks=args.ticks // 2) for s in args.seeds]
-        for copies in args.copies:
+        for copies, draws in itertools.product(args.copies, args.draws):
             started = time.perf_counter()
-            data = simulate_jittered(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=copies,
-                                     nodes=args.nodes, ticks=args.ticks)
-            model = fit(data.x, data.regime)
+            try:
+                model = fit_ensemble(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=copies,
+                                     draws=draws, nodes=args.nodes, ticks=args.ticks, progress=lambda _: None,
+                                     label=f"split {split}, copies {copies}")
+            except ValueError as exc:  # a cluster too small to hold every regime
+                p.error(str(exc))
             for seed, cluster in zip(args.seeds, clusters, strict=True):
                 read = cluster.x[:, 0] >= 1
                 got = judged(model.predict_proba(cluster.x[read]), cluster.regime[read])
-                rows.append({"split": split, "heldout_kinds": held, "copies": copies, "seed": seed, **got})
-                print(f"split {split} ({', '.join(held)}), copies {copies}, seed {seed}: accuracy "
+                rows.append({"split": split, "heldout_kinds": held, "copies": copies, "draws": draws, "seed": seed,
+                             **got})
+                print(f"split {split} ({', '.join(held)}), copies {copies}, draws {draws}, seed {seed}: accuracy "
                       f"{got['accuracy']:.3f}, at coverage {COVERAGE} {got['selective_accuracy_at_060']:.3f}",
                       file=sys.stderr, flush=True)
-            print(f"split {split}, copies {copies}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+            print(f"split {split}, copies {copies}, draws {draws}: {time.perf_counter() - started:.0f} s",
+                  file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps({"rows": rows, "nodes": args.nodes, "ticks": args.ticks},
                                       option=orjson.OPT_INDENT_2))
