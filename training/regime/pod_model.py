@@ -185,6 +185,10 @@ class CalibrationFold:
     truth: np.ndarray
 
 
+class ClusterTooSmallError(ValueError):
+    """A training draw holds no window of some regime: its classifier would answer fewer columns."""
+
+
 @dataclass(frozen=True)
 class Ensemble:
     """Classifiers fitted on independent draws of the training data (each its own jittered copies and cluster);
@@ -213,9 +217,9 @@ def fit_ensemble(kinds: Sequence[str], *, seed: int, jitter_seed: int, copies: i
                                  copies=copies, nodes=nodes, ticks=ticks, progress=progress,
                                  label=f"{label}, draw {d + 1}/{draws}")
         missing = [REGIMES[r] for r in sorted(set(range(len(REGIMES))) - set(data.regime.tolist()))]
-        if missing:  # a member without a regime would answer fewer columns than the others
-            raise ValueError(f"{label}, draw {d + 1}: no window of regime {', '.join(missing)} in {len(data)} windows "
-                             f"(nodes {nodes}, ticks {ticks}); simulate a larger cluster")
+        if missing:
+            raise ClusterTooSmallError(f"{label}, draw {d + 1}: no window of regime {', '.join(missing)} in "
+                                       f"{len(data)} windows (nodes {nodes}, ticks {ticks}); simulate a larger cluster")
         members.append(fit(data.x, data.regime))
         params.append(data.params)
         counts += np.bincount(data.regime, minlength=len(REGIMES))
@@ -387,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         train(args.out, train_kinds, heldout, quick=args.quick, command=command, set_current=not args.no_current,
               jitter_copies=args.jitter_copies, draws=args.draws,
               progress=lambda msg: print(f"pod regime: {msg}", file=sys.stderr, flush=True))
-    except ValueError as exc:  # a cluster too small to hold every regime
+    except ClusterTooSmallError as exc:
         p.error(str(exc))
     return 0
 

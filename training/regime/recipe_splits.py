@@ -23,7 +23,15 @@ import orjson
 
 from simulator.workloads import holdout_split
 from training.regime.fleet_screen import accuracy_and_selective
-from training.regime.pod_model import JITTER_SEED, TRAIN_NODES, TRAIN_SEED, TRAIN_TICKS, fit_ensemble, simulate
+from training.regime.pod_model import (
+    JITTER_SEED,
+    TRAIN_NODES,
+    TRAIN_SEED,
+    TRAIN_TICKS,
+    ClusterTooSmallError,
+    fit_ensemble,
+    simulate,
+)
 
 EVAL_NODES = 32
 EVAL_TICKS = 1500
@@ -66,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 model = fit_ensemble(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=copies,
                                      draws=draws, nodes=args.nodes, ticks=args.ticks, progress=lambda _: None,
                                      label=f"split {split}, copies {copies}")
-            except ValueError as exc:  # a cluster too small to hold every regime
+            except ClusterTooSmallError as exc:
                 p.error(str(exc))
             for seed, cluster in zip(args.seeds, clusters, strict=True):
                 read = cluster.x[:, 0] >= 1
