@@ -81,6 +81,12 @@ def ood_score(x_full: np.ndarray, rules: Rules) -> np.ndarray:
     return out
 
 
+def below_top_class_floor(probs: np.ndarray, floors: Sequence[float]) -> np.ndarray:
+    """Rows whose top probability is below the floor of the class it names (one floor per class)."""
+    below: np.ndarray = probs.max(axis=1) < np.asarray(floors, dtype=np.float64)[probs.argmax(axis=1)]
+    return below
+
+
 def judge(x_full: np.ndarray, probs: np.ndarray, rules: Rules) -> tuple[np.ndarray, np.ndarray]:
     """(reason bitmask uint8, OOD score float64) per row; see ``Rules``. 0 = the model answers."""
     mask = np.where(counters_missing(x_full, rules.required), COUNTERS_MISSING, 0).astype(np.uint8)

@@ -59,8 +59,8 @@ class PodRegimeModel:
         missing = abstention.counters_missing(x, self.required) | (pods_read < self.min_pods_read)
         mask = np.where(missing, abstention.COUNTERS_MISSING, 0).astype(np.uint8)
         if probs.shape[0] and max(self.confidence_floors) > 0.0:
-            floor = np.asarray(self.confidence_floors)[probs.argmax(axis=1)]
-            mask |= np.where(probs.max(axis=1) < floor, abstention.LOW_CONFIDENCE, 0).astype(np.uint8)
+            below = abstention.below_top_class_floor(probs, self.confidence_floors)
+            mask |= np.where(below, abstention.LOW_CONFIDENCE, 0).astype(np.uint8)
         return mask, np.full(x.shape[0], np.nan)
 
 

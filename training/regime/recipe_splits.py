@@ -33,8 +33,6 @@ from training.regime.pod_model import (
     simulate,
 )
 
-EVAL_NODES = 32
-EVAL_TICKS = 1500
 COVERAGE = 0.60
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from services.regime.abstention import below_top_class_floor
+
 
 def selective_metrics(truth: np.ndarray, pred: np.ndarray, answered: np.ndarray,
                       labels: Sequence[str]) -> dict[str, Any]:
@@ -110,6 +112,6 @@ def class_confidence_floors(probs: np.ndarray, truth: np.ndarray, *, target: flo
 
 
 def answered_by_class_floors(probs: np.ndarray, floors: Sequence[float]) -> np.ndarray:
-    """Which rows clear the floor of their own top class."""
-    answered: np.ndarray = probs.max(axis=1) >= np.asarray(floors, dtype=np.float64)[probs.argmax(axis=1)]
+    """Which rows clear the floor of their own top class (the served rule: ``services.regime.abstention``)."""
+    answered: np.ndarray = ~below_top_class_floor(probs, floors)
     return answered
