@@ -65,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extender and orchestrator: read the regime model's labels (model) or nothing (none: every "
                         "node's card unknown, as the live extender with regimes.v2 silent; only the co-runner term and "
                         "kube-default's scores decide)")
+    p.add_argument("--regime-basis", choices=("node", "pods"), default="node",
+                   help="extender and orchestrator with --extender-inputs model: labels from the node model "
+                        "(regimes.v2, what the live extender reads) or the pod-relative model (podregimes.v1's "
+                        "model, --pod-regime-model; docs/arena.md 'Which label should the extender read?')")
+    p.add_argument("--pod-regime-model", type=Path, default=ROOT / "models" / "regime_pods",
+                   help="--regime-basis pods: pod-relative regime model root (its CURRENT) or a version directory")
+    p.add_argument("--pod-interference", choices=("table", "none"), default="table",
+                   help="--regime-basis pods: attach each regime's mean class slowdowns over the training kinds "
+                        "to its label (table) or nothing (none: the pod-regime stage's record today)")
     p.add_argument("--kinds", choices=("heldout", "train"), default="heldout",
                    help="workload kinds of the arrivals: the regime model's held-out kinds (the evaluation) "
                         "or its training kinds (for choosing settings without looking at the held-out ones)")
@@ -131,7 +140,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     from simulator.arena.orchestrator import NodeControl, Orchestrator, OrchestratorConfig, OrchestratorPolicy
     from simulator.arena.policies import PlacementPolicy, make_policy
     from simulator.arena.report import metrics, plot, rows
-    from simulator.arena.world import ArenaCluster, RegimeObserver
+    from simulator.arena.world import ArenaCluster, LabelObserver, RegimeObserver
 
     def progress(msg: str) -> None:
         if not args.quiet:
@@ -199,6 +208,25 @@ def run(args: argparse.Namespace, command: str) -> int:
               file=sys.stderr)
         return 2
     model = load_regime_model(resolve(args.model))
+    pod_model = pod_table = None
+    if args.regime_basis == "pods":
+        from services.regime.pod_model import load_pod_regime_model
+        from services.runtime.model_watch import ModelRefusedError
+        from simulator.arena.pod_observer import regime_interference_table
+
+        try:
+            pod_model = load_pod_regime_model(resolve(args.pod_regime_model))
+        except (ModelRefusedError, OSError, ValueError) as exc:
+            print(f"eval arena: --pod-regime-model {args.pod_regime_model}: {exc}", file=sys.stderr)
+            return 2
+        held = sorted(pod_model.card.get("data", {}).get("heldout_kinds") or [])
+        if held != sorted(model.card.get("data", {}).get("heldout_kinds") or []):
+            print(f"eval arena: pod model {pod_model.version} holds out {held}, the regime model "
+                  f"{model.version} other kinds: the arrivals would not be unseen by both", file=sys.stderr)
+            return 2
+        if args.pod_interference == "table":
+            pod_table = regime_interference_table(list(pod_model.card["data"]["train_kinds"]), seed=args.seed)
+        progress(f"labels: pod-relative model {pod_model.version} (interference: {args.pod_interference})")
     key = "heldout_kinds" if args.kinds == "heldout" else "train_kinds"
     kinds = list(model.card.get("data", {}).get(key) or [])
     if not kinds:
@@ -233,23 +261,32 @@ def run(args: argparse.Namespace, command: str) -> int:
     outcomes: list[ArenaOutcome] = []
     results: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
+    def labels_of(cluster: ArenaCluster) -> LabelObserver:
+        """The label source of the extender's path (--regime-basis)."""
+        if pod_model is None:
+            return RegimeObserver(model, [s.name for s in cluster.specs])
+        from simulator.arena.pod_observer import PodRegimeObserver
+
+        return PodRegimeObserver(pod_model, cluster, pod_table)
+
     for name in policies:
         view = ArenaView(nodes)
-        cluster = observer = None
+        cluster: ArenaCluster | None = None
+        observer: LabelObserver | None = None
         controller: Controller | None = None
         policy: PlacementPolicy
         if name == "extender":
             policy = ExtenderPolicy(args.seed, view, scoring, weight=args.extender_weight)
             if args.extender_inputs == "model":
                 cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
-                observer = RegimeObserver(model, [s.name for s in cluster.specs])
+                observer = labels_of(cluster)
         elif name == "orchestrator":
             orch = OrchestratorPolicy(args.seed, view, NodeControl(nodes), scoring, weight=args.extender_weight)
             policy = orch
             cluster = ArenaCluster(nodes, args.seed, interval_ms=int(args.tick_s * 1000))
             names = [s.name for s in cluster.specs]
             if args.extender_inputs == "model":
-                observer = RegimeObserver(model, names)
+                observer = labels_of(cluster)
             else:  # regimes.v2 silent: no labels, so no counters to simulate (utilisation from requests)
                 cluster = None
             counters = None
@@ -319,7 +356,10 @@ def run(args: argparse.Namespace, command: str) -> int:
                "extender_corunner_weight": args.extender_corunner_weight,
                "extender_score_confidence": args.extender_score_confidence,
                "extender_weight_slowdown": args.extender_weight_slowdown, "kinds": args.kinds,
-               "extender_inputs": args.extender_inputs,
+               "extender_inputs": args.extender_inputs, "regime_basis": args.regime_basis,
+               "pod_regime_model_version": pod_model.version if pod_model is not None else None,
+               "pod_interference": (args.pod_interference if pod_model is not None else None),
+               "pod_interference_table": pod_table,
                "tick_s": args.tick_s, "arrivals": stats.as_dict(),
                "orchestrator": {"every_ticks": args.orchestrator_every_ticks, "taint_ttl_s": args.taint_ttl_s,
                                 "hold_s": args.hold_s, "actions": args.orchestrator_actions,

@@ -36,7 +36,7 @@ from simulator.arena.arrivals import Arrival
 from simulator.arena.aware import SLO_SLOWDOWN, ArenaView, TaskPod
 from simulator.arena.kube_default import NodeResources
 from simulator.arena.policies import PlacementPolicy
-from simulator.arena.world import ArenaCluster, RegimeObserver
+from simulator.arena.world import ArenaCluster, LabelObserver, arena_pod_uid
 from simulator.cluster import TickBatch
 from simulator.workloads import CLASS_INDEX, excess, task_slowdowns
 
@@ -88,7 +88,7 @@ class ArenaOutcome:
     """SLO-violation task-seconds accrued per tick."""
     policy_cpu_s: float
     model_cpu_s: float
-    observer: RegimeObserver | None = None
+    observer: LabelObserver | None = None
     extra: dict[str, float] = field(default_factory=dict)
     node_load: np.ndarray | None = None
     """Per tick and node: requested CPU and memory as fractions of the node, shape (ticks, nodes, 2)
@@ -124,7 +124,7 @@ class Arena:
 
     def __init__(self, arrivals: Sequence[Arrival], nodes: int, policy: PlacementPolicy, view: ArenaView, *,
                  horizon_s: float, tick_s: float = 10.0, cluster: ArenaCluster | None = None,
-                 observer: RegimeObserver | None = None, max_attempts: int = 200, drain_factor: float = 2.0,
+                 observer: LabelObserver | None = None, max_attempts: int = 200, drain_factor: float = 2.0,
                  slo_slowdown: float = SLO_SLOWDOWN, controller: Controller | None = None) -> None:
         if nodes < 1 or tick_s <= 0 or horizon_s <= 0:
             raise ValueError("nodes, tick_s and horizon_s must be positive")
@@ -193,7 +193,8 @@ class Arena:
             return
         for i in sorted(self._dirty):
             tasks = self.residents[i]
-            self.cluster.set_corunners(i, [t.arrival.kind for t in tasks], [t.arrival.intensity for t in tasks])
+            self.cluster.set_corunners(i, [t.arrival.kind for t in tasks], [t.arrival.intensity for t in tasks],
+                                       [arena_pod_uid(t.arrival.task_id, t.arrival.job_id) for t in tasks])
         self._dirty.clear()
         batch = self.cluster.tick()
         self.observer.observe(batch)

@@ -69,6 +69,7 @@ def metrics(out: ArenaOutcome) -> dict[str, float | None]:
         m["model_coverage"] = out.observer.coverage()
         m["model_interference_mae"] = out.observer.interference_mae()
         m["model_missed_slo_fraction"] = out.observer.missed_slo_fraction()
+        m["model_selective_accuracy"] = out.observer.selective_accuracy()
     return m
 
 
@@ -81,7 +82,7 @@ UNITS: Final = {"slo_violation_task_s": "task_s", "mean_cpu_utilisation": "fract
                 "policy_cpu_us_per_decision": "us", "model_cpu_us_per_decision": "us",
                 "completion_inflation": "ratio", "mean_wait_s": "s", "ls_tasks_violating_fraction": "fraction",
                 "model_coverage": "fraction", "model_interference_mae": "slowdown",
-                "model_missed_slo_fraction": "fraction"}
+                "model_missed_slo_fraction": "fraction", "model_selective_accuracy": "fraction"}
 
 
 def rows(case: str, m: dict[str, float | None]) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,6 +33,18 @@ from simulator.workloads import KINDS, class_slowdowns, regime_of
 _NEVER = 2**62
 POD_COUNT_NOISE = 0.05
 """Per-pod count noise per sample, as ``training.pod_pressure`` draws it per window."""
+
+
+def arena_pod_uid(task_id: int, job_id: int) -> str:
+    """A Kubernetes-shaped pod UID for an arena task that carries its job (the last 12 hex digits)."""
+    if task_id < 0 or job_id < 0:
+        raise ValueError(f"task_id and job_id must be >= 0, got {task_id}, {job_id}")
+    return f"{task_id & 0xFFFFFFFF:08x}-0000-4000-8000-{job_id & 0xFFFFFFFFFFFF:012x}"
+
+
+def job_of_arena_uid(uid: str) -> str:
+    """The job an :func:`arena_pod_uid` names (what the stage reads from the API server's pod list)."""
+    return f"arena/{uid.rsplit('-', 1)[-1]}"
 
 
 class ArenaCluster(SyntheticCluster):
@@ -84,13 +96,33 @@ class ArenaCluster(SyntheticCluster):
         return {uid: tuple(float(v) for v in row) for uid, row in zip(uids, pressures, strict=True)}
 
 
-@dataclass
-class RegimeObserver:
-    """Latest regime label per node, as the regime stage would publish it (None before a first window)."""
+class LabelObserver(Protocol):
+    """What the arena reads of a label source: the latest label per node, fed one tick at a time
+    (:class:`RegimeObserver`: the node model; ``pod_observer.PodRegimeObserver``: the pod-relative model)."""
 
-    model: RegimeModel
-    node_names: Sequence[str]
-    hysteresis_windows: int = 2
+    labels: list[RegimeIn | None]
+    windows: int
+    abstain_reasons: dict[str, int]
+    cpu_s: float
+
+    def observe(self, batch: TickBatch) -> None: ...
+
+    def interference_mae(self) -> float | None: ...
+
+    def missed_slo_fraction(self) -> float | None: ...
+
+    def coverage(self) -> float | None: ...
+
+    def selective_accuracy(self) -> float | None:
+        """Answered windows whose label is the node's true regime (the truth at the tick the window closed)."""
+        ...
+
+
+@dataclass(kw_only=True)
+class LabelTally:
+    """What both label sources keep (the latest label per node, counts against the truth) and the ratios they
+    report from it. Keyword-only, so a source's own fields come first in its constructor."""
+
     labels: list[RegimeIn | None] = field(default_factory=list)
     windows: int = 0
     abstained: int = 0
@@ -102,9 +134,50 @@ class RegimeObserver:
     answered_cells: int = 0
     missed_slo: int = 0
     """Answered (window, class) cells predicted under 1.25 whose true slowdown is 1.25 or more."""
+    correct: int = 0
+    """Answered windows whose label (the node model's after hysteresis) is the node's true regime at the tick the
+    window closed."""
+
+    def abstain(self, i: int, ts_ms: int, mask: int) -> None:
+        """Node ``i``'s window at ``ts_ms`` was not answered (``abstention`` bits in ``mask``)."""
+        reasons = tuple(name for bit, name in REASON_BITS if mask & bit)
+        for r in reasons:
+            self.abstain_reasons[r] = self.abstain_reasons.get(r, 0) + 1
+        self.abstained += 1
+        self.labels[i] = RegimeIn(ts_ms, UNKNOWN_REGIME, 0.0, (), reasons)
+
+    def score(self, regime: str, true_regime: int, predicted: np.ndarray, truth: np.ndarray) -> None:
+        """An answered window against the truth: its label and its per-class slowdowns."""
+        self.correct += int(REGIMES.index(regime) == true_regime)
+        self.answered_abs_error += float(np.abs(predicted - truth).sum())
+        self.answered_cells += len(predicted)
+        self.missed_slo += int(((predicted < 1.25) & (truth >= 1.25)).sum())
+
+    def interference_mae(self) -> float | None:
+        return None if not self.answered_cells else self.answered_abs_error / self.answered_cells
+
+    def missed_slo_fraction(self) -> float | None:
+        return None if not self.answered_cells else self.missed_slo / self.answered_cells
+
+    def coverage(self) -> float | None:
+        return None if not self.windows else 1.0 - self.abstained / self.windows
+
+    def selective_accuracy(self) -> float | None:
+        answered = self.windows - self.abstained
+        return None if not answered else self.correct / answered
+
+
+@dataclass
+class RegimeObserver(LabelTally):
+    """Latest regime label per node, as the regime stage would publish it (None before a first window)."""
+
+    model: RegimeModel
+    node_names: Sequence[str]
+    hysteresis_windows: int = 2
     _machine: NodeWindows = field(default_factory=lambda: NodeWindows(DictStore()))
     _state: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     _truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
+    _truth_regime: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         self.labels = [None] * len(self.node_names)
@@ -117,6 +190,7 @@ class RegimeObserver:
         rows: list[np.ndarray] = []
         meta: list[tuple[int, int]] = []
         self._truth = batch.slowdown
+        self._truth_regime = batch.regime
         for state in batch.nodestate_dicts():
             for window in self._machine.observe(sample_from_dict(state)).windows:
                 rows.append(as_model_input(window.values, window.valid))
@@ -135,28 +209,12 @@ class RegimeObserver:
             node = self.node_names[i]
             self.windows += 1
             if mask:
-                reasons = tuple(name for bit, name in REASON_BITS if mask & bit)
-                for r in reasons:
-                    self.abstain_reasons[r] = self.abstain_reasons.get(r, 0) + 1
-                self.abstained += 1
                 self._state[node] = hysteresis.abstain(self._state.get(node), ts_ms).state
-                self.labels[i] = RegimeIn(ts_ms, UNKNOWN_REGIME, 0.0, (), reasons)
+                self.abstain(i, ts_ms, mask)
                 continue
             raw = regimes[int(np.argmax(p))]
             step = hysteresis.advance(self._state.get(node), raw, ts_ms, windows=self.hysteresis_windows)
             self._state[node] = step.state
             conf = float(np.clip(p[regimes.index(step.regime)], 0.0, 1.0))
-            truth = self._truth[i]
-            self.answered_abs_error += float(np.abs(np.asarray(s) - truth).sum())
-            self.answered_cells += len(s)
-            self.missed_slo += int(((np.asarray(s) < 1.25) & (truth >= 1.25)).sum())
+            self.score(step.regime, int(self._truth_regime[i]), np.asarray(s), self._truth[i])
             self.labels[i] = RegimeIn(ts_ms, step.regime, conf, tuple(zip(self._classes, s, strict=True)))
-
-    def interference_mae(self) -> float | None:
-        return None if not self.answered_cells else self.answered_abs_error / self.answered_cells
-
-    def missed_slo_fraction(self) -> float | None:
-        return None if not self.answered_cells else self.missed_slo / self.answered_cells
-
-    def coverage(self) -> float | None:
-        return None if not self.windows else 1.0 - self.abstained / self.windows

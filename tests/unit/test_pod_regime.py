@@ -36,12 +36,14 @@ from services.runtime.model_watch import ModelRefusedError
 from simulator.cluster import SyntheticCluster
 from simulator.workloads import KINDS
 from training.regime.evaluate import eval_regime
-from training.regime.pod_model import CalibrationFold, leave_one_fold_out
+from training.regime.job_relative import PodCluster
+from training.regime.pod_model import POD_NOISE, CalibrationFold, leave_one_fold_out, per_tick_noise, simulate
 from training.regime.pod_model import main as pod_model_main
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_ROOT = ROOT / "models" / "regime_pods"
 COL = {name: i for i, name in enumerate(COLUMNS)}
+FOUR = ["search_index", "spmv", "video_encode", "web_frontend"]  # one kind per class: every regime can occur
 
 
 def uid(n: int) -> str:
@@ -264,19 +266,24 @@ def test_a_model_trained_on_other_rows_is_refused(shipped: Path, tmp_path: Path)
 
 
 def test_eval_regime_pods_on_held_out_kinds_holds_the_figures_in_the_docs(tmp_path: Path) -> None:
-    """docs/models.md's figures, on the evaluation's own cluster (seed 7: 32 nodes x 1,500 s): the shipped floors
-    (one per regime, calibrated without the held-out kinds) answer about 65 % of the windows at 0.906 — issue 20's
-    0.90 at coverage >= 0.60 — and its 60 % most confident answers are at 0.94."""
+    """docs/models.md's figures, on the evaluation's own cluster (seed 7: 32 nodes x 1,500 s, pods counted with 5 %
+    noise per window): the shipped floors (one per regime, calibrated without the held-out kinds) answer about 42 %
+    of the windows at 0.90, and its 60 % most confident answers are at 0.88 — short of issue 20's 0.90 at coverage
+    >= 0.60. At the first three recipes' near-noiseless pods (0.006) it still holds its accuracy."""
     out = tmp_path / "pods.json"
     assert eval_regime(["--basis", "pods", "--seed", "7", "--out", str(out), "-q"]) == 0
     doc = orjson.loads(out.read_bytes())
     got = {r["metric"]: r["value"] for r in doc["results"]}
     assert got["windows"] == 4800
-    assert got["accuracy"] > 0.78  # the node model: 0.50 on these windows; one classifier instead of three: 0.74
-    assert 0.60 <= got["coverage"] <= 0.70 and 0.90 <= got["selective_accuracy"] < 0.92
+    assert doc["details"]["simulation"]["pod_noise"] == POD_NOISE
+    assert got["accuracy"] > 0.72  # the third recipe's model on these windows: 0.51 (it calls most of them mixed)
+    assert 0.38 <= got["coverage"] <= 0.46 and 0.89 <= got["selective_accuracy"] < 0.92
     curve = doc["details"]["pods_heldout_kinds_seed7"]["risk_coverage"]
     at_060 = next(a for c, a in zip(curve["coverage"], curve["selective_accuracy"], strict=True) if c >= 0.60)
-    assert 0.92 <= at_060 < 0.96
+    assert 0.86 <= at_060 < 0.90
+    quiet = tmp_path / "quiet.json"
+    assert eval_regime(["--basis", "pods", "--seed", "7", "--pod-noise", "0.006", "--out", str(quiet), "-q"]) == 0
+    assert {r["metric"]: r["value"] for r in orjson.loads(quiet.read_bytes())["results"]}["accuracy"] > 0.69
     assert out.with_suffix(".png").stat().st_size > 0
     assert doc["details"]["basis"] == "pods"
     assert set(doc["details"]["heldout_kinds"]).isdisjoint(
@@ -353,6 +360,9 @@ def test_train_regime_pods_quick_writes_a_version_the_stage_loads(tmp_path: Path
     assert len({draw["jitter"]["seed"] for draw in card["data"]["draws"]}) == 3
     assert fold["fit_draws"] == 3
     assert card["onnx"]["parity_max_abs_diff"] <= 1e-4  # the one ONNX file is the members' mean
+    assert card["data"]["pod_noise"] == POD_NOISE  # trained and calibrated on noisy pods (fourth recipe)
+    assert all(draw["pod_noise"] == POD_NOISE for draw in card["data"]["draws"])
+    assert fold["unseen"]["pod_noise"] == POD_NOISE
     probs = model.predict(np.zeros((2, N_COLUMNS), dtype=np.float32))
     assert probs.shape == (2, 5) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-4)
 
@@ -380,6 +390,42 @@ def test_one_onnx_file_averages_the_members() -> None:
     assert (label == want.argmax(axis=1)).all()
     with pytest.raises(ValueError, match="at least one"):
         mean_of_classifiers([], TARGET_OPSET)
+
+
+def test_pod_noise_is_per_window_and_spreads_only_the_pods_counts() -> None:
+    assert per_tick_noise(0.05) == pytest.approx(0.05 * math.sqrt(10))  # ten 1 s ticks per 10 s window
+    assert per_tick_noise(0.05, interval_ms=10_000) == pytest.approx(0.05)
+    with pytest.raises(ValueError, match=">= 0"):
+        per_tick_noise(-0.1)
+    with pytest.raises(ValueError, match="pod_noise"):
+        PodCluster(nodes=2, seed=1, workloads=["crypto"], jobs_per_kind=1, pod_noise=-1.0)
+
+    def spread(pod_noise: float | None) -> tuple[float, np.ndarray]:
+        sim = PodCluster(nodes=2, seed=5, workloads=FOUR, jobs_per_kind=1, pod_noise=pod_noise)
+        ratios, node = [], []
+        for batch in sim.run(20):
+            counts = sim.tick_pods(0)
+            ratios.append(counts[0] / counts[0].sum())
+            node.append(batch.values[0])
+        return float(np.std(np.log(np.asarray(ratios)[:, :3]), axis=0).mean()), np.asarray(node)
+
+    quiet, quiet_node = spread(0.0)
+    noisy, noisy_node = spread(0.3)
+    assert noisy > 5 * max(quiet, 1e-3)
+    np.testing.assert_array_equal(quiet_node, noisy_node)  # the node's own counters are untouched
+    # the eval's clusters record the noise they drew pods with; None keeps the cluster's per-tick noise
+    assert simulate(FOUR, seed=2, nodes=2, ticks=30, pod_noise=0.05).params["pod_noise"] == 0.05
+    assert "pod_noise" not in simulate(FOUR, seed=2, nodes=2, ticks=30).params
+
+
+def test_eval_regime_pod_noise_needs_the_pod_basis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert eval_regime(["--pod-noise", "0.05", "--out", str(tmp_path / "o.json")]) == 2
+    assert "--pod-noise needs --basis pods" in capsys.readouterr().err
+    assert eval_regime(["--basis", "pods", "--pod-noise", "-1", "--out", str(tmp_path / "o.json")]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        pod_model_main(["--pod-noise", "-0.5", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--pod-noise must be >= 0, got -0.5" in capsys.readouterr().err
 
 
 def test_train_regime_pods_refuses_no_draws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

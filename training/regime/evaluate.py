@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", type=Path, default=None,
                    help="model root (its CURRENT) or a version directory (default models/regime, or "
                         "models/regime_pods with --basis pods)")
+    p.add_argument("--pod-noise", type=float, default=None, metavar="S",
+                   help="--basis pods: relative spread of each pod count per 10 s window (default 0.05: "
+                        "training.regime.pod_model.POD_NOISE; 0.006 is what the first three recipes were measured at)")
     add_seed(p, 7, help="simulator seed of the evaluation cluster")
     p.add_argument("--nodes", type=int, default=32)
     p.add_argument("--ticks", type=int, default=1500, help="intervals of 1 s (10 s windows)")
@@ -198,6 +201,8 @@ def _card_entry(summary: dict[str, Any], command: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, progress: Reporter, command: str) -> int:
     model: JudgedModel
+    if args.pod_noise is not None and (args.basis != "pods" or args.pod_noise < 0):
+        raise UsageError("--pod-noise needs --basis pods and a value >= 0")
     if args.basis == "pods":
         from services.regime.pod_model import load_pod_regime_model
 
@@ -223,9 +228,11 @@ def run(args: argparse.Namespace, progress: Reporter, command: str) -> int:
     nodes, ticks = (12, 600) if args.quick else (args.nodes, args.ticks)
     progress(f"simulating {nodes} nodes x {ticks} s, held-out kinds only: {', '.join(kinds)} (seed {args.seed})")
     if args.basis == "pods":
-        from training.regime.pod_model import simulate
+        from training.regime.pod_model import POD_NOISE, simulate
 
-        pod_data = simulate(kinds, seed=args.seed, nodes=nodes, ticks=ticks, progress=progress, label="held-out kinds")
+        noise = POD_NOISE if args.pod_noise is None else args.pod_noise
+        pod_data = simulate(kinds, seed=args.seed, nodes=nodes, ticks=ticks, pod_noise=noise, progress=progress,
+                            label="held-out kinds")
         x, truth, params = pod_data.x, pod_data.regime, pod_data.params
     else:
         data = simulate_windows(kinds=kinds, nodes=nodes, ticks=ticks, seed=args.seed, progress=progress,

@@ -234,8 +234,13 @@ class PodCluster(SyntheticCluster):
     of ``jobs_per_kind`` drawn when its epoch starts.
     """
 
-    def __init__(self, *, jobs_per_kind: int, **kw: Any) -> None:
+    def __init__(self, *, jobs_per_kind: int, pod_noise: float | None = None, **kw: Any) -> None:
+        """``pod_noise``: log-normal sigma of each pod count per tick (None: the cluster's ``noise``, 0.02 by
+        default; the node's counters keep ``noise`` either way)."""
+        if pod_noise is not None and pod_noise < 0:
+            raise ValueError(f"pod_noise must be >= 0, got {pod_noise}")
         self.jobs_per_kind = jobs_per_kind
+        self.pod_noise = pod_noise
         self._pod_rng = np.random.default_rng(int(kw.get("seed", 0)) + 7919)
         self._stash: np.ndarray | None = None
         self.pod_rates: dict[int, np.ndarray] = {}
@@ -264,7 +269,8 @@ class PodCluster(SyntheticCluster):
         """This tick's counts of the node's pods (rows; call after ``tick``)."""
         rates = self.pod_rates[node]
         dt = self.interval_ms / 1000.0
-        noise = np.exp(self.noise * self._pod_rng.standard_normal(rates.shape))
+        sigma = self.noise if self.pod_noise is None else self.pod_noise
+        noise = np.exp(sigma * self._pod_rng.standard_normal(rates.shape))
         out: np.ndarray = rates * self._load[node] * dt * noise
         return out
 

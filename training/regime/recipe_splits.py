@@ -25,6 +25,7 @@ from simulator.workloads import holdout_split
 from training.regime.fleet_screen import accuracy_and_selective
 from training.regime.pod_model import (
     JITTER_SEED,
+    POD_NOISE,
     TRAIN_NODES,
     TRAIN_SEED,
     TRAIN_TICKS,
@@ -57,21 +58,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=_ints, default=[7, 8], help="evaluation cluster seeds")
     p.add_argument("--nodes", type=int, default=TRAIN_NODES)
     p.add_argument("--ticks", type=int, default=TRAIN_TICKS)
+    p.add_argument("--pod-noise", type=float, default=POD_NOISE, metavar="S",
+                   help=f"relative spread of each pod count per 10 s window, training and evaluation (default "
+                        f"{POD_NOISE})")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     if args.nodes < 4 or args.ticks < 100 or any(c < 0 for c in args.copies) or not args.splits or not args.seeds \
-            or not args.draws or any(d < 1 for d in args.draws):
-        p.error("need --nodes >= 4, --ticks >= 100, --copies >= 0, --draws >= 1 and at least one split and seed")
+            or not args.draws or any(d < 1 for d in args.draws) or args.pod_noise < 0:
+        p.error("need --nodes >= 4, --ticks >= 100, --copies >= 0, --draws >= 1, --pod-noise >= 0 and at least one "
+                "split and seed")
     rows: list[dict[str, Any]] = []
     for split in args.splits:
         train_kinds, held = (list(k) for k in holdout_split(seed=split))
-        clusters = [simulate(held, seed=s, nodes=max(4, args.nodes // 2), ticks=args.ticks // 2) for s in args.seeds]
+        clusters = [simulate(held, seed=s, nodes=max(4, args.nodes // 2), ticks=args.ticks // 2,
+                             pod_noise=args.pod_noise) for s in args.seeds]
         for copies, draws in itertools.product(args.copies, args.draws):
             started = time.perf_counter()
             try:
                 model = fit_ensemble(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=copies,
                                      draws=draws, nodes=args.nodes, ticks=args.ticks, progress=lambda _: None,
-                                     label=f"split {split}, copies {copies}")
+                                     label=f"split {split}, copies {copies}", pod_noise=args.pod_noise)
             except ClusterTooSmallError as exc:
                 p.error(str(exc))
             for seed, cluster in zip(args.seeds, clusters, strict=True):
@@ -85,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"split {split}, copies {copies}, draws {draws}: {time.perf_counter() - started:.0f} s",
                   file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(orjson.dumps({"rows": rows, "nodes": args.nodes, "ticks": args.ticks},
+    args.out.write_bytes(orjson.dumps({"rows": rows, "nodes": args.nodes, "ticks": args.ticks,
+                                       "pod_noise": args.pod_noise},
                                       option=orjson.OPT_INDENT_2))
     return 0
 
