@@ -261,6 +261,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     outcomes: list[ArenaOutcome] = []
     results: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
+
     def labels_of(cluster: ArenaCluster) -> LabelObserver:
         """The label source of the extender's path (--regime-basis)."""
         if pod_model is None:

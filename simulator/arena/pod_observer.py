@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final
 
 import numpy as np
 
@@ -35,7 +35,6 @@ CORUNNERS: Final = (1, 4)
 """Co-runners per sampled node (the simulator's default range, ``SyntheticCluster(corunners=(1, 4))``)."""
 INTENSITY: Final = (0.5, 1.0)
 """A task's intensity range in the arena (``arrivals.to_arrivals``) and in the simulator's epochs."""
-PodInterference = Literal["table", "none"]
 
 
 def regime_interference_table(kinds: Sequence[str], *, seed: int,
