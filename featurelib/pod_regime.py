@@ -19,6 +19,11 @@ Per closed node window (:class:`PodRegimeWindows`, the node's 10 s panes of ``fe
   rose most);
 * the node's own feature vector (``featurelib.node.schema``, NaN where invalid);
 * both again for the node's previous window (``prev_`` columns; NaN when there was none within ``LAG_MAX_MS``).
+
+``span_windows`` > 1 reads each pod over its last ``span_windows`` windows instead of the closing one alone (its
+counts summed over the consecutive windows it was read in): a pod's per-window count noise averages away, at the
+price of a lag of up to ``span_windows`` windows after its co-runners change. The span is part of the rows'
+meaning (``pod_regime_schema_hash``), so a model carries the span it was trained with in its card.
 """
 
 from __future__ import annotations
@@ -58,16 +63,26 @@ COLUMNS: Final = (*_CURRENT, *(f"prev_{name}" for name in _CURRENT))
 """The model's input columns, in order."""
 N_COLUMNS: Final = len(COLUMNS)
 POD_REGIME_SCHEMA_VERSION: Final = 1
+SPAN_WINDOWS_MAX: Final = 12
+"""Longest span a pod is read over (two minutes of 10 s windows): bounds the per-pod history kept."""
 JobOf = Callable[[str], str | None]
 """pod UID → its job (None: unknown — the pod is judged without a reference and adds to none)."""
 
 
-def pod_regime_schema_hash() -> str:
-    """Changes whenever the rows change meaning (columns, reference rule, lag): a model trained on other rows is
-    refused."""
-    spec = repr((POD_REGIME_SCHEMA_VERSION, node_feature_schema_hash(), COLUMNS, RATIOS, ROW_FEATURES, HISTORY_MS,
-                 MIN_REFERENCE_PODS, LAG_MAX_MS))
-    return hashlib.sha256(spec.encode()).hexdigest()
+def check_span_windows(span_windows: int) -> int:
+    if not 1 <= span_windows <= SPAN_WINDOWS_MAX:
+        raise ValueError(f"span_windows must be 1..{SPAN_WINDOWS_MAX}, got {span_windows}")
+    return span_windows
+
+
+def pod_regime_schema_hash(span_windows: int = 1) -> str:
+    """Changes whenever the rows change meaning (columns, reference rule, lag, a pod's span): a model trained on
+    other rows is refused. Span 1 keeps the hash it had before spans existed, so those models still load."""
+    parts: tuple[Any, ...] = (POD_REGIME_SCHEMA_VERSION, node_feature_schema_hash(), COLUMNS, RATIOS, ROW_FEATURES,
+                              HISTORY_MS, MIN_REFERENCE_PODS, LAG_MAX_MS)
+    if check_span_windows(span_windows) != 1:
+        parts = (*parts, ("span_windows", span_windows))
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 def pod_row(counts: Mapping[str, float], covered_s: float) -> np.ndarray:
@@ -182,6 +197,15 @@ class _PodSums:
     """False once a sample of the pane lacked one of its events: its ratios would mix samples, so it is not read."""
 
 
+@dataclass(frozen=True, slots=True)
+class _PodSpan:
+    """A pod's counts in one closed window it was read in."""
+
+    pane: int
+    counts: dict[str, float]
+    covered_ms: int
+
+
 @dataclass(slots=True)
 class _Pane:
     newest_ms: int = -1
@@ -195,19 +219,21 @@ class PodRegimeWindows:
     counts are summed per pane. When a pane closes, its pods present in its newest sample are judged: their
     ratios go into their jobs' references (``job_of``), then each is read against its job's reference. Bounded:
     ``max_nodes`` nodes (the longest-idle forgotten), ``max_pods`` pods per pane (the rest ignored, counted in
-    ``dropped_pods``).
+    ``dropped_pods``), ``span_windows`` windows per pod read (a pod not read in a window starts its span again).
     """
 
     def __init__(self, job_of: JobOf, *, reference: JobReference | None = None, max_nodes: int = 10_000,
-                 max_pods: int = 256) -> None:
+                 max_pods: int = 256, span_windows: int = 1) -> None:
         self.job_of = job_of
         self.reference = reference or JobReference()
         self.max_nodes = max_nodes
         self.max_pods = max_pods
+        self.span_windows = check_span_windows(span_windows)
         self.dropped_pods = 0
         self.machine = NodeWindows(DictStore())
         self._panes: OrderedDict[str, dict[int, _Pane]] = OrderedDict()
         self._previous: dict[str, tuple[int, np.ndarray]] = {}
+        self._spans: dict[str, dict[str, deque[_PodSpan]]] = {}
 
     def observe(self, state: Mapping[str, Any]) -> list[PodRegimeWindow]:
         """Take one NodeState (the contract's dict form); the node windows it closed."""
@@ -228,6 +254,7 @@ class PodRegimeWindows:
         while len(self._panes) > self.max_nodes:
             gone, _ = self._panes.popitem(last=False)
             self._previous.pop(gone, None)
+            self._spans.pop(gone, None)
         pane = panes.setdefault(pane_index, _Pane())
         pane.newest_ms = max(pane.newest_ms, ts_ms)
         for cgroup, counters in cgroups.items():
@@ -251,12 +278,21 @@ class PodRegimeWindows:
         for old in [i for i in panes if i < pane_index]:
             del panes[old]
         judged: list[tuple[str, str | None, np.ndarray]] = []
+        spans = self._spans.get(node, {})
+        kept: dict[str, deque[_PodSpan]] = {}
         for uid, pod in pane.pods.items():
             if pod.last_ms != pane.newest_ms or not pod.complete:
                 continue
             if pod.counts["instructions"] <= 0 or pod.counts["cycles"] <= 0:
                 continue
-            judged.append((uid, self.job_of(uid), pod_row(pod.counts, pod.covered_ms / 1000.0)))
+            counts, covered_ms = pod.counts, pod.covered_ms
+            if self.span_windows > 1:
+                span = kept[uid] = self._span_of(spans.get(uid), pane_index, _PodSpan(pane_index, counts, covered_ms))
+                counts = {event: sum(s.counts[event] for s in span) for event in counts}
+                covered_ms = sum(s.covered_ms for s in span)
+            judged.append((uid, self.job_of(uid), pod_row(counts, covered_ms / 1000.0)))
+        if self.span_windows > 1:
+            self._spans[node] = kept  # a pod not read in this window starts its span again
         for uid, job, row in judged:
             if job is not None:
                 self.reference.add(ts_ms, job, uid, row)
@@ -269,3 +305,12 @@ class PodRegimeWindows:
         row = np.concatenate([current, lag if lag is not None else np.full(len(current), np.nan)])
         return PodRegimeWindow(node, pane_index, ts_ms, row.astype(np.float32), node_x, len(judged),
                                sum(r is not None for r in refs))
+
+    def _span_of(self, span: deque[_PodSpan] | None, pane_index: int, newest: _PodSpan) -> deque[_PodSpan]:
+        """The pod's windows within the last ``span_windows`` panes, ``newest`` included."""
+        if span is None:
+            span = deque(maxlen=self.span_windows)
+        while span and span[0].pane <= pane_index - self.span_windows:
+            span.popleft()
+        span.append(newest)
+        return span

@@ -67,9 +67,10 @@ class PodRegimeObserver(LabelTally):
     cluster: ArenaCluster
     table: dict[str, tuple[float, ...]] | None
     """Regime → class slowdowns attached to answered labels; None = an empty map (the stage's record)."""
-    _frames: PodRegimeWindows = field(default_factory=lambda: PodRegimeWindows(job_of_arena_uid))
+    _frames: PodRegimeWindows = field(init=False)
 
     def __post_init__(self) -> None:
+        self._frames = self.model.windows(job_of_arena_uid)
         names = [s.name for s in self.cluster.specs]
         self.labels = [None] * len(names)
         self._index = {n: i for i, n in enumerate(names)}

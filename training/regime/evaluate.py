@@ -231,8 +231,8 @@ def run(args: argparse.Namespace, progress: Reporter, command: str) -> int:
         from training.regime.pod_model import POD_NOISE, simulate
 
         noise = POD_NOISE if args.pod_noise is None else args.pod_noise
-        pod_data = simulate(kinds, seed=args.seed, nodes=nodes, ticks=ticks, pod_noise=noise, progress=progress,
-                            label="held-out kinds")
+        pod_data = simulate(kinds, seed=args.seed, nodes=nodes, ticks=ticks, pod_noise=noise,
+                            span_windows=pods.span_windows, progress=progress, label="held-out kinds")
         x, truth, params = pod_data.x, pod_data.regime, pod_data.params
     else:
         data = simulate_windows(kinds=kinds, nodes=nodes, ticks=ticks, seed=args.seed, progress=progress,

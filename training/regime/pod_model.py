@@ -52,7 +52,7 @@ from onnxmltools.convert.common.data_types import FloatTensorType
 from contracts.models import REGIMES
 from featurelib.node.schema import node_feature_schema_hash
 from featurelib.pod import EXTENDED_EVENTS, WINDOW_S
-from featurelib.pod_regime import COLUMNS, N_COLUMNS, PodRegimeWindows, pod_regime_schema_hash
+from featurelib.pod_regime import COLUMNS, N_COLUMNS, SPAN_WINDOWS_MAX, PodRegimeWindows, pod_regime_schema_hash
 from simulator.cluster import EVENTS
 from simulator.workloads import KINDS, holdout_split
 from training.regime.artifacts import (
@@ -97,6 +97,10 @@ POD_NOISE: Final = 0.05
 """Relative spread of a pod's counts per 10 s window: the arena's and ``training.pod_pressure``'s per-pod count
 noise. The first three recipes trained at the cluster's per-tick 0.02 (about 0.006 per window) and label almost
 every node of the arena ``mixed`` at 0.05 (training/README.md 'Fourth recipe')."""
+POD_SPAN_WINDOWS: Final = 3
+"""Windows each pod is read over (``featurelib.pod_regime``'s span): its counts summed over its last three 10 s
+windows, so the per-window noise of ``POD_NOISE`` shrinks by about √3. The fourth recipe read one window
+(training/README.md 'Fifth recipe')."""
 MODEL_KIND: Final = "regime_pods"
 CLASSIFIER_FILE: Final = "regime_pods_classifier.onnx"
 Reporter = Callable[[str], None]
@@ -129,16 +133,17 @@ def per_tick_noise(window_noise: float, interval_ms: int = 1000) -> float:
 
 
 def simulate(kinds: Sequence[str], *, seed: int, nodes: int, ticks: int, jobs_per_kind: int = JOBS_PER_KIND,
-             pod_noise: float | None = None, progress: Reporter | None = None,
+             pod_noise: float | None = None, span_windows: int = 1, progress: Reporter | None = None,
              label: str = "simulation") -> PodRegimeData:
     """The cluster ``borgctl eval regime`` simulates for ``kinds``/``seed``, its NodeStates carrying each pod's
     counts per cgroup, through :class:`PodRegimeWindows`; labelled by the pane's majority regime. ``pod_noise``:
     relative spread of a pod's counts per 10 s window (each event on its own; None: the cluster's per-tick
-    ``noise`` 0.02, about 0.006 per window: the first three recipes' pods)."""
+    ``noise`` 0.02, about 0.006 per window: the first three recipes' pods). ``span_windows``: windows each pod is
+    read over (the model's span)."""
     tick_noise = None if pod_noise is None else per_tick_noise(pod_noise)
     sim = PodCluster(nodes=nodes, seed=seed, workloads=list(kinds), jobs_per_kind=jobs_per_kind, pod_noise=tick_noise)
     jobs: dict[str, str] = {}  # every pod ever started (a few thousand): a pane closes after its pods left
-    frames = PodRegimeWindows(jobs.get)
+    frames = PodRegimeWindows(jobs.get, span_windows=span_windows)
     regimes: dict[tuple[str, int], list[int]] = defaultdict(list)
     xs: list[np.ndarray] = []
     labels: list[int] = []
@@ -162,24 +167,25 @@ def simulate(kinds: Sequence[str], *, seed: int, nodes: int, ticks: int, jobs_pe
         if progress is not None and (batch.tick + 1) % step == 0:
             progress(f"{label}: tick {batch.tick + 1}/{ticks}, {len(labels):,} windows")
     params = {"kinds": list(kinds), "seed": seed, "nodes": nodes, "ticks": ticks, "jobs_per_kind": jobs_per_kind,
-              **({"pod_noise": pod_noise} if pod_noise is not None else {})}
+              **({"pod_noise": pod_noise} if pod_noise is not None else {}),
+              **({"span_windows": span_windows} if span_windows != 1 else {})}
     return PodRegimeData(np.asarray(xs, dtype=np.float32).reshape(-1, N_COLUMNS),
                          np.asarray(labels, dtype=np.int64), params)
 
 
 def simulate_jittered(kinds: Sequence[str], *, seed: int, jitter_seed: int, copies: int, nodes: int, ticks: int,
-                      pod_noise: float | None = None, progress: Reporter | None = None,
+                      pod_noise: float | None = None, span_windows: int = 1, progress: Reporter | None = None,
                       label: str = "simulation") -> PodRegimeData:
     """Training data: ``kinds`` plus ``copies`` jittered copies of each (``training.regime.randomize``), one job
     per kind, so the classifier meets many more profiles than the named kinds (measured on the calibration folds:
     training/README.md, "The pod-relative model, shipped"). ``copies`` 0: the named kinds alone, ``JOBS_PER_KIND``
     jobs each (the first recipe)."""
     if copies == 0:
-        return simulate(kinds, seed=seed, nodes=nodes, ticks=ticks, pod_noise=pod_noise, progress=progress,
-                        label=label)
+        return simulate(kinds, seed=seed, nodes=nodes, ticks=ticks, pod_noise=pod_noise, span_windows=span_windows,
+                        progress=progress, label=label)
     with randomized_kinds(kinds, copies, JITTER_SIGMA, seed=jitter_seed) as jittered:
         data = simulate(jittered, seed=seed, nodes=nodes, ticks=ticks, jobs_per_kind=TRAIN_JOBS_PER_KIND,
-                        pod_noise=pod_noise, progress=progress, label=label)
+                        pod_noise=pod_noise, span_windows=span_windows, progress=progress, label=label)
     params = {**data.params, "kinds": list(kinds),
               "jitter": {"copies": copies, "sigma": JITTER_SIGMA, "seed": jitter_seed, "kinds": len(jittered)}}
     return PodRegimeData(data.x, data.regime, params)
@@ -225,7 +231,8 @@ class Ensemble:
 
 
 def fit_ensemble(kinds: Sequence[str], *, seed: int, jitter_seed: int, copies: int, draws: int, nodes: int,
-                 ticks: int, progress: Reporter, label: str, pod_noise: float | None = None) -> Ensemble:
+                 ticks: int, progress: Reporter, label: str, pod_noise: float | None = None,
+                 span_windows: int = 1) -> Ensemble:
     """``draws`` classifiers, draw d on ``simulate_jittered(seed + DRAW_SEED_STEP·d, jitter_seed +
     DRAW_SEED_STEP·d)``: which copies a draw makes moves a fold's unseen-kind accuracy by up to 0.13, and the mean
     of several draws does not depend on one (training/README.md)."""
@@ -233,8 +240,8 @@ def fit_ensemble(kinds: Sequence[str], *, seed: int, jitter_seed: int, copies: i
     windows, check = 0, np.zeros((0, N_COLUMNS), dtype=np.float32)
     for d in range(draws):
         data = simulate_jittered(kinds, seed=seed + DRAW_SEED_STEP * d, jitter_seed=jitter_seed + DRAW_SEED_STEP * d,
-                                 copies=copies, nodes=nodes, ticks=ticks, pod_noise=pod_noise, progress=progress,
-                                 label=f"{label}, draw {d + 1}/{draws}")
+                                 copies=copies, nodes=nodes, ticks=ticks, pod_noise=pod_noise,
+                                 span_windows=span_windows, progress=progress, label=f"{label}, draw {d + 1}/{draws}")
         missing = [REGIMES[r] for r in sorted(set(range(len(REGIMES))) - set(data.regime.tolist()))]
         if missing:
             raise ClusterTooSmallError(f"{label}, draw {d + 1}: no window of regime {', '.join(missing)} in "
@@ -249,16 +256,18 @@ def fit_ensemble(kinds: Sequence[str], *, seed: int, jitter_seed: int, copies: i
 
 
 def calibration_fold(train_kinds: Sequence[str], split_seed: int, k: int, nodes: int, ticks: int, copies: int,
-                     draws: int, progress: Reporter, pod_noise: float | None = None) -> CalibrationFold:
+                     draws: int, progress: Reporter, pod_noise: float | None = None,
+                     span_windows: int = 1) -> CalibrationFold:
     """One fold: fit on all but one kind per class (jittered, ``draws`` members, as the shipped model), score a
     cluster of the set-aside kinds (named kinds, ``JOBS_PER_KIND`` jobs each, as ``borgctl eval regime``
     simulates)."""
     fit_kinds, novel = calibration_kinds(train_kinds, split_seed)
     seen = fit_ensemble(fit_kinds, seed=TRAIN_SEED + 1 + k, jitter_seed=JITTER_SEED + k, copies=copies, draws=draws,
                         nodes=nodes, ticks=ticks, progress=progress, label=f"fold {k + 1}: fit kinds",
-                        pod_noise=pod_noise)
+                        pod_noise=pod_noise, span_windows=span_windows)
     unseen = simulate(novel, seed=VALIDATION_SEED + k, nodes=max(4, nodes // 2), ticks=ticks // 2,
-                      pod_noise=pod_noise, progress=progress, label=f"fold {k + 1}: unseen kinds {', '.join(novel)}")
+                      pod_noise=pod_noise, span_windows=span_windows, progress=progress,
+                      label=f"fold {k + 1}: unseen kinds {', '.join(novel)}")
     answered = unseen.x[:, 0] >= 1  # pods read: the counters rule
     probs = seen.predict_proba(unseen.x)[answered]
     truth = unseen.regime[answered]
@@ -312,10 +321,12 @@ def leave_one_fold_out(folds: Sequence[CalibrationFold], calibrate: Calibrate = 
 
 def train(out_root: Path, train_kinds: Sequence[str], heldout_kinds: Sequence[str], *, quick: bool,
           progress: Reporter, command: str, set_current: bool = True, jitter_copies: int = JITTER_COPIES,
-          draws: int = ENSEMBLE_DRAWS, pod_noise: float | None = POD_NOISE) -> Path:
+          draws: int = ENSEMBLE_DRAWS, pod_noise: float | None = POD_NOISE,
+          span_windows: int = POD_SPAN_WINDOWS) -> Path:
     nodes, ticks = (8, 400) if quick else (TRAIN_NODES, TRAIN_TICKS)
     started = time.perf_counter()
-    folds = [calibration_fold(train_kinds, seed, k, nodes, ticks, jitter_copies, draws, progress, pod_noise)
+    folds = [calibration_fold(train_kinds, seed, k, nodes, ticks, jitter_copies, draws, progress, pod_noise,
+                              span_windows)
              for k, seed in enumerate(CALIBRATION_SPLIT_SEEDS[:1] if quick else CALIBRATION_SPLIT_SEEDS)]
     pooled_probs = np.concatenate([f.probs for f in folds])
     pooled_truth = np.concatenate([f.truth for f in folds])
@@ -331,7 +342,7 @@ def train(out_root: Path, train_kinds: Sequence[str], heldout_kinds: Sequence[st
                  f"meet {SELECTIVE_GOAL} at coverage >= {COVERAGE_GOAL}")
     model = fit_ensemble(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=jitter_copies,
                          draws=draws, nodes=nodes, ticks=ticks, progress=progress, label="training",
-                         pod_noise=pod_noise)
+                         pod_noise=pod_noise, span_windows=span_windows)
     progress(f"fitted {draws} member(s) on {model.windows:,} windows ({time.perf_counter() - started:.0f} s so far)")
     version = new_version("pods")
     work = VersionDir(out_root, version)
@@ -346,7 +357,8 @@ def train(out_root: Path, train_kinds: Sequence[str], heldout_kinds: Sequence[st
     digest = save_onnx(onnx_model, work.work / CLASSIFIER_FILE, {"model": MODEL_KIND, "version": version})
     card = {
         "model": MODEL_KIND, "version": version, "command": command,
-        "features": {"schema_hash": pod_regime_schema_hash(), "columns": list(COLUMNS),
+        "features": {"schema_hash": pod_regime_schema_hash(span_windows), "columns": list(COLUMNS),
+                     "pod_span_windows": span_windows,
                      "node_schema_hash": node_feature_schema_hash()},
         "outputs": {"regimes": list(REGIMES)},
         "data": {"train_kinds": list(train_kinds), "heldout_kinds": list(heldout_kinds), "training": model.draws[0],
@@ -397,7 +409,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pod-noise", type=float, default=POD_NOISE, metavar="S",
                    help=f"relative spread of each pod count per 10 s window in the training and calibration "
                         f"clusters (default {POD_NOISE}; training/README.md 'Fourth recipe')")
+    p.add_argument("--span-windows", type=int, default=POD_SPAN_WINDOWS, metavar="N",
+                   help=f"10 s windows each pod is read over (default {POD_SPAN_WINDOWS}; 1 = the fourth recipe's "
+                        f"single window; at most {SPAN_WINDOWS_MAX})")
     args = p.parse_args(argv)
+    if not 1 <= args.span_windows <= SPAN_WINDOWS_MAX:
+        p.error(f"--span-windows must be 1..{SPAN_WINDOWS_MAX}, got {args.span_windows}")
     if args.pod_noise < 0:
         p.error(f"--pod-noise must be >= 0, got {args.pod_noise}")
     if args.holdout_seed is not None:
@@ -417,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         train(args.out, train_kinds, heldout, quick=args.quick, command=command, set_current=not args.no_current,
               jitter_copies=args.jitter_copies, draws=args.draws, pod_noise=args.pod_noise,
+              span_windows=args.span_windows,
               progress=lambda msg: print(f"pod regime: {msg}", file=sys.stderr, flush=True))
     except ClusterTooSmallError as exc:
         p.error(str(exc))

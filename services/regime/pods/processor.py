@@ -18,6 +18,7 @@ does a record the window code cannot take (``processing``).
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -42,6 +43,7 @@ from services.runtime.stream_trace import stage_span
 SERVICE = "pod-regime"
 IN_TOPIC = Topic.NODESTATE
 OUT_TOPIC = Topic.PODREGIMES
+log = logging.getLogger(__name__)
 RECORDS = Counter("borg_pod_regime_windows_total", "Pod-relative regime labels published by regime", ["regime"])
 DROPPED = Counter("borg_pod_regime_dropped_pods_total", "Pods past POD_REGIME_MAX_PODS_PER_NODE in a window")
 PODS_READ = Counter("borg_pod_regime_pods_read_total",
@@ -72,27 +74,41 @@ class PodRegimeProcessor:
         self.models = models
         self.jobs = jobs
         self.group = app_id(SERVICE, settings.topic_prefix)
-        self.frames = PodRegimeWindows(jobs.job_of, max_nodes=settings.max_nodes,
-                                       max_pods=settings.max_pods_per_node)
+        self.frames = self._frames_for(models.current)
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
                                   handle=self._handle)
         self._last: OrderedDict[str, str] = OrderedDict()
         self.emitted = 0
 
+    def _frames_for(self, model: PodRegimeModel) -> PodRegimeWindows:
+        return model.windows(self.jobs.job_of, max_nodes=self.settings.max_nodes,
+                             max_pods=self.settings.max_pods_per_node)
+
+    def current_frames(self) -> tuple[PodRegimeModel, PodRegimeWindows]:
+        """The model now served and its row builder: rebuilt when a new model reads pods over another span."""
+        model = self.models.current
+        if model.span_windows != self.frames.span_windows:
+            # other rows: the open windows and the job references start again (about a minute of input)
+            log.warning("model %s reads pods over %d windows (was %d): pod windows rebuilt", model.version,
+                        model.span_windows, self.frames.span_windows)
+            self.frames = self._frames_for(model)
+        return model, self.frames
+
     async def _handle(self, batch: Batch) -> None:
+        model, frames = self.current_frames()  # one model per batch: its rows are built over its span
         closed: list[tuple[Any, PodRegimeWindow]] = []
         async for event, state in decoded_nodestates(batch, self.sink):
-            dropped = self.frames.dropped_pods
+            dropped = frames.dropped_pods
             try:
-                windows = self.frames.observe(state)
+                windows = frames.observe(state)
             except (ValueError, KeyError, TypeError, OverflowError) as exc:
                 await self.sink.dead_letter(event, f"pod regime windows: {exc}"[:2000], "processing")
                 continue
-            if self.frames.dropped_pods > dropped:
-                DROPPED.inc(self.frames.dropped_pods - dropped)
+            if frames.dropped_pods > dropped:
+                DROPPED.inc(frames.dropped_pods - dropped)
             closed += [(event, w) for w in windows]
         if closed:
-            await self.publish(closed)
+            await self.publish(closed, model)
 
     def _changed(self, node: str, regime: str) -> bool:
         before = self._last.pop(node, None)
@@ -101,8 +117,7 @@ class PodRegimeProcessor:
             self._last.popitem(last=False)
         return before is not None and before != regime
 
-    async def publish(self, closed: Sequence[tuple[Any, PodRegimeWindow]]) -> None:
-        model = self.models.current
+    async def publish(self, closed: Sequence[tuple[Any, PodRegimeWindow]], model: PodRegimeModel) -> None:
         x = np.stack([w.x for _, w in closed])
         results, errors = infer_rows(lambda rows: (model.predict(rows),), x)
         answered = [i for i, r in enumerate(results) if r is not None]
