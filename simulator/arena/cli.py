@@ -89,10 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orchestrator-load-term", action="store_true",
                    help="orchestrator: the extender's co-runner term on per-pod load estimates (corunner.load_harm) "
                         "instead of the class table (needs --extender-corunner-weight > 0)")
-    p.add_argument("--pod-estimates", choices=("noise", "counters"), default="noise",
+    p.add_argument("--pod-estimates", choices=("noise", "counters", "rdt"), default="noise",
                    help="orchestrator moves / load term: per-pod estimates = true pressure with log-normal noise "
                         "(--pod-pressure-noise), or a regressor on simulated per-cgroup counters trained on the "
-                        "training kinds (training.pod_pressure)")
+                        "training kinds (training.pod_pressure), or (rdt) the same with llc and membw read from "
+                        "per-cgroup resource monitoring (Intel RDT CMT/MBM: --rdt-noise; docs/arena.md)")
+    p.add_argument("--rdt-noise", type=float, default=0.1, metavar="S",
+                   help="--pod-estimates rdt: log-normal spread of each LLC-occupancy and memory-bandwidth reading "
+                        "(default 0.1)")
     p.add_argument("--victims", choices=("predicted", "cpi"), default="predicted",
                    help="orchestrator moves with --pod-estimates counters: find slowed pods from the estimated "
                         "pressures (predicted) or from each pod's IPC against its job's other pods (cpi, as CPI²)")
@@ -180,9 +184,12 @@ def run(args: argparse.Namespace, command: str) -> int:
     except ValueError as exc:
         print(f"eval arena: extender scoring: {exc}", file=sys.stderr)
         return 2
-    if args.victims == "cpi" and args.pod_estimates != "counters":
-        print("eval arena: --victims cpi needs --pod-estimates counters (the IPC comes from the pods' counters)",
-              file=sys.stderr)
+    if args.victims == "cpi" and args.pod_estimates == "noise":
+        print("eval arena: --victims cpi needs --pod-estimates counters or rdt (the IPC comes from the pods' "
+              "counters)", file=sys.stderr)
+        return 2
+    if args.rdt_noise < 0:
+        print("eval arena: --rdt-noise must be >= 0", file=sys.stderr)
         return 2
     if args.cpi_window < 1:
         print("eval arena: --cpi-window must be >= 1", file=sys.stderr)
@@ -291,11 +298,13 @@ def run(args: argparse.Namespace, command: str) -> int:
             else:  # regimes.v2 silent: no labels, so no counters to simulate (utilisation from requests)
                 cluster = None
             counters = None
-            if args.pod_estimates == "counters" and (args.orchestrator_moves or args.orchestrator_load_term):
-                from simulator.arena.orchestrator import CounterEstimator
+            if args.pod_estimates != "noise" and (args.orchestrator_moves or args.orchestrator_load_term):
+                from simulator.arena.orchestrator import CounterEstimator, MonitoredEstimator
 
                 progress("training the per-pod pressure estimator on the training kinds (training.pod_pressure)")
-                counters = CounterEstimator(list(model.card["data"]["train_kinds"]), args.seed)
+                train_kinds = list(model.card["data"]["train_kinds"])
+                counters = (MonitoredEstimator(train_kinds, args.seed, args.rdt_noise) if args.pod_estimates == "rdt"
+                            else CounterEstimator(train_kinds, args.seed))
             controller = Orchestrator(
                 names, orch, model_version=model.version, counters=counters,
                 cfg=OrchestratorConfig(every_ticks=max(1, args.orchestrator_every_ticks),
@@ -366,6 +375,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                                 "hold_s": args.hold_s, "actions": args.orchestrator_actions,
                                 "moves": args.orchestrator_moves, "load_term": args.orchestrator_load_term,
                                 "pod_estimates": args.pod_estimates, "victims": args.victims,
+                                "rdt_noise": args.rdt_noise if args.pod_estimates == "rdt" else None,
                                 "cpi_window": args.cpi_window, "cpi_reference": args.cpi_reference,
                                 "cpi_quantile": args.cpi_quantile, "cpi_clearance": args.cpi_clearance,
                                 "pod_estimates_job_prior": args.pod_estimates_job_prior,

@@ -205,6 +205,46 @@ class CounterEstimator:
         return out
 
 
+MONITORED: Final = (0, 1)
+"""The resources per-cgroup resource monitoring reads directly: llc (occupancy) and membw (bandwidth)."""
+
+
+def monitored_readings(pressures: np.ndarray, which: Sequence[int], noise: float,
+                       rng: np.random.Generator) -> np.ndarray:
+    """What per-cgroup LLC-occupancy and memory-bandwidth monitoring (Intel RDT CMT/MBM, AMD PQoS, read through
+    resctrl's monitoring groups) shows of residents ``which``, on the scale of their llc and membw pressure
+    (rows of ``pressures``: every resident of the node). A pod holds its demand while the node's residents together
+    demand no more than the resource (sum <= 1); beyond that each holds its proportional share, so under
+    saturation a reading understates the demand. Times ``exp(N(0, noise))`` per reading (sampling, and the map
+    from bytes to pressure), clipped to [0, 1]."""
+    demand = pressures[:, list(MONITORED)]
+    held = demand / np.maximum(1.0, demand.sum(axis=0))
+    out = held[list(which)] * np.exp(rng.normal(0.0, noise, size=(len(which), len(MONITORED))))
+    return np.asarray(np.clip(out, 0.0, 1.0))
+
+
+class MonitoredEstimator(CounterEstimator):
+    """:class:`CounterEstimator` with llc and membw read from per-cgroup resource monitoring
+    (:func:`monitored_readings`) instead of estimated from counters; core and frontend still from the counter
+    regressor (no hardware meters them per cgroup). A what-if for nodes whose CPUs have the monitoring: the
+    counters' error on unseen kinds is largest on exactly those two (docs/arena.md, "How close do per-pod counters
+    get?")."""
+
+    def __init__(self, train_kinds: Sequence[str], seed: int, noise: float, pods: int = 8000) -> None:
+        if noise < 0:
+            raise ValueError(f"monitoring noise must be >= 0, got {noise}")
+        super().__init__(train_kinds, seed, pods)
+        self.noise = noise
+        self._monitor_rng = np.random.default_rng(seed + 1)
+
+    def estimate(self, node: int, residents: Sequence[Arrival],
+                 which: Sequence[int]) -> list[tuple[float, float, float, float]]:
+        counted = np.asarray(super().estimate(node, residents, which), dtype=np.float64).reshape(len(which), 4)
+        pressures = np.array([a.pressure for a in residents], dtype=np.float64).reshape(len(residents), 4)
+        counted[:, list(MONITORED)] = monitored_readings(pressures, which, self.noise, self._monitor_rng)
+        return [(float(a), float(b), float(c), float(d)) for a, b, c, d in counted.tolist()]
+
+
 class JobCpi:
     """Observed slowdown of a pod from its IPC against its job's other pods (the CPI² idea: Zhang et al., EuroSys
     2013): baseline = the ``quantile`` of the job's recent IPC, slowdown = baseline / the pod's IPC now, at least 1

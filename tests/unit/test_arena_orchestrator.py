@@ -18,10 +18,13 @@ from simulator.arena.aware import ArenaView, TaskPod
 from simulator.arena.kube_default import NodeResources
 from simulator.arena.loop import NODE_MEMORY, NODE_MILLI_CPU, Arena
 from simulator.arena.orchestrator import (
+    CounterEstimator,
+    MonitoredEstimator,
     NodeControl,
     Orchestrator,
     OrchestratorConfig,
     OrchestratorPolicy,
+    monitored_readings,
     taint_toleration_scores,
     task_key,
 )
@@ -254,3 +257,31 @@ def test_the_job_prior_guesses_an_unmeasured_pod_at_its_jobs_measured_mean() -> 
     off = PodEstimates(0.0, seed=1, min_age_s=10.0)
     off.observe(arena, 10.0)
     assert off.of(99, "memory_bound", job_id=8) == CLASS_PRESSURE_GUESS[2]  # default: the class guess
+
+
+def test_monitored_readings_show_the_demand_until_the_node_saturates_then_each_pods_share() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    calm = np.array([[0.3, 0.1, 0.9, 0.2], [0.2, 0.4, 0.1, 0.6]])  # llc 0.5, membw 0.5 in all: no saturation
+    np.testing.assert_allclose(monitored_readings(calm, [0, 1], 0.0, rng), [[0.3, 0.1], [0.2, 0.4]])
+    crowded = np.array([[0.8, 0.1, 0, 0], [0.6, 0.2, 0, 0], [0.2, 0.3, 0, 0]])  # llc demand 1.6: shares
+    np.testing.assert_allclose(monitored_readings(crowded, [2, 0], 0.0, rng), [[0.2 / 1.6, 0.3], [0.8 / 1.6, 0.1]])
+    many = np.tile([[0.2, 0.2, 0.0, 0.0]], (4000, 1))  # saturated: each holds 1/4000; the noise is log-normal
+    logs = np.log(monitored_readings(many, range(4000), 0.1, rng) * 4000)
+    assert abs(float(logs.mean())) < 0.01 and 0.09 < float(logs.std()) < 0.11
+
+
+def test_the_monitored_estimator_replaces_llc_and_membw_and_keeps_the_counters_core_and_frontend() -> None:
+    kinds = ["crypto", "kv_cache", "stream_triad", "php_app"]
+    residents = [Arrival(i, i, 0.0, 100.0, 0.1, 0.02, True, kind, "x", 0.8)
+                 for i, kind in enumerate(["search_index", "spmv", "video_encode"])]
+    counted = CounterEstimator(kinds, seed=3, pods=400).estimate(0, residents, [0, 2])
+    monitored = MonitoredEstimator(kinds, seed=3, noise=0.0, pods=400).estimate(0, residents, [0, 2])
+    total = [sum(a.pressure[r] for a in residents) for r in (0, 1)]
+    for k, c, m in zip([0, 2], counted, monitored, strict=True):
+        assert m[2:] == c[2:]  # core and frontend: the same regressor on the same simulated counts
+        assert m[0] == pytest.approx(residents[k].pressure[0] / max(1.0, total[0]))
+        assert m[1] == pytest.approx(residents[k].pressure[1] / max(1.0, total[1]))
+    with pytest.raises(ValueError, match="monitoring noise"):
+        MonitoredEstimator(kinds, seed=3, noise=-0.1, pods=400)

@@ -1,7 +1,7 @@
 """Train and ship the pod-relative regime model: a node's regime from its pods read against their own jobs.
 
 ``borgctl train regime-pods [--out models/regime_pods] [--kinds-from models/regime] [--holdout-seed N] [--quick]
-[--no-current]``
+[--no-current] [--pod-noise S[,S...]] [--span-windows N]``
 (or ``python -m training.regime.pod_model``)
 
 The input rows are ``featurelib.pod_regime``'s (the code ``borgctl eval regime --basis pods`` and a serving stage
@@ -97,6 +97,13 @@ POD_NOISE: Final = 0.05
 """Relative spread of a pod's counts per 10 s window: the arena's and ``training.pod_pressure``'s per-pod count
 noise. The first three recipes trained at the cluster's per-tick 0.02 (about 0.006 per window) and label almost
 every node of the arena ``mixed`` at 0.05 (training/README.md 'Fourth recipe')."""
+POD_NOISE_LEVELS: Final = (0.03, 0.05, 0.08)
+"""The shipped recipe's pod noise, one level per ensemble draw (cycling when there are more draws): 0.6×, 1× and
+1.6× ``POD_NOISE``, so the ensemble has met pods both quieter and noisier than the arena's (real replicas' spread
+is unknown). The calibration folds' unseen-kind clusters are judged at the levels' median, ``POD_NOISE``
+(training/README.md 'Sixth recipe')."""
+PodNoise = float | tuple[float, ...] | None
+"""A pod noise level for every draw, one per draw (a tuple), or None (the cluster's per-tick default)."""
 POD_SPAN_WINDOWS: Final = 3
 """Windows each pod is read over (``featurelib.pod_regime``'s span): its counts summed over its last three 10 s
 windows, so the per-window noise of ``POD_NOISE`` shrinks by about √3. The fourth recipe read one window
@@ -105,6 +112,31 @@ MODEL_KIND: Final = "regime_pods"
 CLASSIFIER_FILE: Final = "regime_pods_classifier.onnx"
 Reporter = Callable[[str], None]
 _EVENT_COLUMNS: Final = tuple(i for i, name in enumerate(EVENTS) if name in EXTENDED_EVENTS)
+
+
+def noise_of_draw(pod_noise: PodNoise, draw: int) -> float | None:
+    """The pod noise level of ensemble draw ``draw``: a tuple gives each draw its own, cycling."""
+    if isinstance(pod_noise, tuple):
+        return pod_noise[draw % len(pod_noise)]
+    return pod_noise
+
+
+def median_noise(pod_noise: PodNoise) -> float | None:
+    """The level the calibration folds judge at: a tuple's median (one level: that level)."""
+    if isinstance(pod_noise, tuple):
+        return float(np.median(pod_noise))
+    return pod_noise
+
+
+def parse_noise_levels(text: str) -> tuple[float, ...]:
+    """``--pod-noise``'s value: one level, or one per draw, comma-separated, each >= 0."""
+    try:
+        levels = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not levels or any(not math.isfinite(v) or v < 0 for v in levels):
+        raise argparse.ArgumentTypeError(f"each pod noise level must be a finite number >= 0, got {text!r}")
+    return levels
 
 
 def pod_uid(pod: tuple[int, int, int]) -> str:
@@ -231,16 +263,17 @@ class Ensemble:
 
 
 def fit_ensemble(kinds: Sequence[str], *, seed: int, jitter_seed: int, copies: int, draws: int, nodes: int,
-                 ticks: int, progress: Reporter, label: str, pod_noise: float | None = None,
+                 ticks: int, progress: Reporter, label: str, pod_noise: PodNoise = None,
                  span_windows: int = 1) -> Ensemble:
     """``draws`` classifiers, draw d on ``simulate_jittered(seed + DRAW_SEED_STEP·d, jitter_seed +
-    DRAW_SEED_STEP·d)``: which copies a draw makes moves a fold's unseen-kind accuracy by up to 0.13, and the mean
-    of several draws does not depend on one (training/README.md)."""
+    DRAW_SEED_STEP·d)`` at pod noise ``noise_of_draw(pod_noise, d)``: which copies a draw makes moves a fold's
+    unseen-kind accuracy by up to 0.13, and the mean of several draws does not depend on one
+    (training/README.md)."""
     members, params, counts = [], [], np.zeros(len(REGIMES), dtype=np.int64)
     windows, check = 0, np.zeros((0, N_COLUMNS), dtype=np.float32)
     for d in range(draws):
         data = simulate_jittered(kinds, seed=seed + DRAW_SEED_STEP * d, jitter_seed=jitter_seed + DRAW_SEED_STEP * d,
-                                 copies=copies, nodes=nodes, ticks=ticks, pod_noise=pod_noise,
+                                 copies=copies, nodes=nodes, ticks=ticks, pod_noise=noise_of_draw(pod_noise, d),
                                  span_windows=span_windows, progress=progress, label=f"{label}, draw {d + 1}/{draws}")
         missing = [REGIMES[r] for r in sorted(set(range(len(REGIMES))) - set(data.regime.tolist()))]
         if missing:
@@ -256,17 +289,17 @@ def fit_ensemble(kinds: Sequence[str], *, seed: int, jitter_seed: int, copies: i
 
 
 def calibration_fold(train_kinds: Sequence[str], split_seed: int, k: int, nodes: int, ticks: int, copies: int,
-                     draws: int, progress: Reporter, pod_noise: float | None = None,
+                     draws: int, progress: Reporter, pod_noise: PodNoise = None,
                      span_windows: int = 1) -> CalibrationFold:
-    """One fold: fit on all but one kind per class (jittered, ``draws`` members, as the shipped model), score a
-    cluster of the set-aside kinds (named kinds, ``JOBS_PER_KIND`` jobs each, as ``borgctl eval regime``
-    simulates)."""
+    """One fold: fit on all but one kind per class (jittered, ``draws`` members at their noise levels, as the
+    shipped model), score a cluster of the set-aside kinds (named kinds, ``JOBS_PER_KIND`` jobs each, as ``borgctl
+    eval regime`` simulates) at the levels' median."""
     fit_kinds, novel = calibration_kinds(train_kinds, split_seed)
     seen = fit_ensemble(fit_kinds, seed=TRAIN_SEED + 1 + k, jitter_seed=JITTER_SEED + k, copies=copies, draws=draws,
                         nodes=nodes, ticks=ticks, progress=progress, label=f"fold {k + 1}: fit kinds",
                         pod_noise=pod_noise, span_windows=span_windows)
     unseen = simulate(novel, seed=VALIDATION_SEED + k, nodes=max(4, nodes // 2), ticks=ticks // 2,
-                      pod_noise=pod_noise, span_windows=span_windows, progress=progress,
+                      pod_noise=median_noise(pod_noise), span_windows=span_windows, progress=progress,
                       label=f"fold {k + 1}: unseen kinds {', '.join(novel)}")
     answered = unseen.x[:, 0] >= 1  # pods read: the counters rule
     probs = seen.predict_proba(unseen.x)[answered]
@@ -321,8 +354,10 @@ def leave_one_fold_out(folds: Sequence[CalibrationFold], calibrate: Calibrate = 
 
 def train(out_root: Path, train_kinds: Sequence[str], heldout_kinds: Sequence[str], *, quick: bool,
           progress: Reporter, command: str, set_current: bool = True, jitter_copies: int = JITTER_COPIES,
-          draws: int = ENSEMBLE_DRAWS, pod_noise: float | None = POD_NOISE,
+          draws: int = ENSEMBLE_DRAWS, pod_noise: PodNoise = POD_NOISE_LEVELS,
           span_windows: int = POD_SPAN_WINDOWS) -> Path:
+    if isinstance(pod_noise, tuple) and len(pod_noise) not in (1, draws):
+        raise ValueError(f"{len(pod_noise)} pod noise levels for {draws} draws: give one, or one per draw")
     nodes, ticks = (8, 400) if quick else (TRAIN_NODES, TRAIN_TICKS)
     started = time.perf_counter()
     folds = [calibration_fold(train_kinds, seed, k, nodes, ticks, jitter_copies, draws, progress, pod_noise,
@@ -363,7 +398,8 @@ def train(out_root: Path, train_kinds: Sequence[str], heldout_kinds: Sequence[st
         "outputs": {"regimes": list(REGIMES)},
         "data": {"train_kinds": list(train_kinds), "heldout_kinds": list(heldout_kinds), "training": model.draws[0],
                  "draws": list(model.draws), "windows": model.windows, "regime_counts": model.regime_counts,
-                 "pod_noise": pod_noise},
+                 "pod_noise": list(pod_noise) if isinstance(pod_noise, tuple) else pod_noise,
+                 "calibration_pod_noise": median_noise(pod_noise)},
         "classifier": {"kind": "XGBClassifier", "n_estimators": 300, "max_depth": 4, "learning_rate": 0.05,
                        "ensemble": {"members": draws, "rule": "mean of the members' probabilities",
                                     "member_data": "data.draws"}},
@@ -406,17 +442,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--draws", type=int, default=ENSEMBLE_DRAWS, metavar="N",
                    help=f"classifiers averaged, each on its own draw of training data (default {ENSEMBLE_DRAWS}); "
                         "1 = a single classifier (the second recipe)")
-    p.add_argument("--pod-noise", type=float, default=POD_NOISE, metavar="S",
-                   help=f"relative spread of each pod count per 10 s window in the training and calibration "
-                        f"clusters (default {POD_NOISE}; training/README.md 'Fourth recipe')")
+    p.add_argument("--pod-noise", type=parse_noise_levels, default=POD_NOISE_LEVELS, metavar="S[,S...]",
+                   help="relative spread of each pod count per 10 s window in the training clusters: one level, or "
+                        "one per draw; the calibration folds' unseen-kind clusters are judged at the median (default "
+                        f"{','.join(map(str, POD_NOISE_LEVELS))}; training/README.md 'Sixth recipe')")
     p.add_argument("--span-windows", type=int, default=POD_SPAN_WINDOWS, metavar="N",
                    help=f"10 s windows each pod is read over (default {POD_SPAN_WINDOWS}; 1 = the fourth recipe's "
                         f"single window; at most {SPAN_WINDOWS_MAX})")
     args = p.parse_args(argv)
     if not 1 <= args.span_windows <= SPAN_WINDOWS_MAX:
         p.error(f"--span-windows must be 1..{SPAN_WINDOWS_MAX}, got {args.span_windows}")
-    if args.pod_noise < 0:
-        p.error(f"--pod-noise must be >= 0, got {args.pod_noise}")
     if args.holdout_seed is not None:
         split = holdout_split(seed=args.holdout_seed)
         train_kinds, heldout = list(split[0]), list(split[1])
@@ -430,10 +465,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--jitter-copies must be >= 0, got {args.jitter_copies}")
     if args.draws < 1:
         p.error(f"--draws must be >= 1, got {args.draws}")
+    if len(args.pod_noise) not in (1, args.draws):
+        p.error(f"--pod-noise gives {len(args.pod_noise)} levels for {args.draws} draws: give one, or one per draw")
     command = "borgctl train regime-pods " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         train(args.out, train_kinds, heldout, quick=args.quick, command=command, set_current=not args.no_current,
-              jitter_copies=args.jitter_copies, draws=args.draws, pod_noise=args.pod_noise,
+              jitter_copies=args.jitter_copies, draws=args.draws,
+              pod_noise=args.pod_noise[0] if len(args.pod_noise) == 1 else args.pod_noise,
               span_windows=args.span_windows,
               progress=lambda msg: print(f"pod regime: {msg}", file=sys.stderr, flush=True))
     except ClusterTooSmallError as exc:

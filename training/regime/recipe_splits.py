@@ -26,13 +26,15 @@ from simulator.workloads import holdout_split
 from training.regime.fleet_screen import accuracy_and_selective
 from training.regime.pod_model import (
     JITTER_SEED,
-    POD_NOISE,
+    POD_NOISE_LEVELS,
     POD_SPAN_WINDOWS,
     TRAIN_NODES,
     TRAIN_SEED,
     TRAIN_TICKS,
     ClusterTooSmallError,
     fit_ensemble,
+    median_noise,
+    parse_noise_levels,
     simulate,
 )
 
@@ -60,30 +62,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=_ints, default=[7, 8], help="evaluation cluster seeds")
     p.add_argument("--nodes", type=int, default=TRAIN_NODES)
     p.add_argument("--ticks", type=int, default=TRAIN_TICKS)
-    p.add_argument("--pod-noise", type=float, default=POD_NOISE, metavar="S",
-                   help=f"relative spread of each pod count per 10 s window, training and evaluation (default "
-                        f"{POD_NOISE})")
+    p.add_argument("--pod-noise", type=parse_noise_levels, default=POD_NOISE_LEVELS, metavar="S[,S...]",
+                   help="relative spread of each pod count per 10 s window: one level, or one per draw (cycling); "
+                        "the evaluation clusters at the levels' median (default "
+                        f"{','.join(map(str, POD_NOISE_LEVELS))})")
     p.add_argument("--span-windows", type=int, default=POD_SPAN_WINDOWS, metavar="N",
                    help=f"10 s windows each pod is read over, training and evaluation (default {POD_SPAN_WINDOWS}; "
                         "1 = the fourth recipe's single window)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     if args.nodes < 4 or args.ticks < 100 or any(c < 0 for c in args.copies) or not args.splits or not args.seeds \
-            or not args.draws or any(d < 1 for d in args.draws) or args.pod_noise < 0 \
+            or not args.draws or any(d < 1 for d in args.draws) \
             or not 1 <= args.span_windows <= SPAN_WINDOWS_MAX:
-        p.error(f"need --nodes >= 4, --ticks >= 100, --copies >= 0, --draws >= 1, --pod-noise >= 0, --span-windows "
+        p.error(f"need --nodes >= 4, --ticks >= 100, --copies >= 0, --draws >= 1, --span-windows "
                 f"1..{SPAN_WINDOWS_MAX} and at least one split and seed")
+    levels = args.pod_noise[0] if len(args.pod_noise) == 1 else args.pod_noise
     rows: list[dict[str, Any]] = []
     for split in args.splits:
         train_kinds, held = (list(k) for k in holdout_split(seed=split))
         clusters = [simulate(held, seed=s, nodes=max(4, args.nodes // 2), ticks=args.ticks // 2,
-                             pod_noise=args.pod_noise, span_windows=args.span_windows) for s in args.seeds]
+                             pod_noise=median_noise(levels), span_windows=args.span_windows)
+                    for s in args.seeds]
         for copies, draws in itertools.product(args.copies, args.draws):
             started = time.perf_counter()
             try:
                 model = fit_ensemble(train_kinds, seed=TRAIN_SEED, jitter_seed=JITTER_SEED - 1, copies=copies,
                                      draws=draws, nodes=args.nodes, ticks=args.ticks, progress=lambda _: None,
-                                     label=f"split {split}, copies {copies}", pod_noise=args.pod_noise,
+                                     label=f"split {split}, copies {copies}", pod_noise=levels,
                                      span_windows=args.span_windows)
             except ClusterTooSmallError as exc:
                 p.error(str(exc))
@@ -99,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps({"rows": rows, "nodes": args.nodes, "ticks": args.ticks,
-                                       "pod_noise": args.pod_noise, "span_windows": args.span_windows},
+                                       "pod_noise": list(args.pod_noise), "span_windows": args.span_windows},
                                       option=orjson.OPT_INDENT_2))
     return 0
 
