@@ -97,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdt-noise", type=float, default=0.1, metavar="S",
                    help="--pod-estimates rdt: log-normal spread of each LLC-occupancy and memory-bandwidth reading "
                         "(default 0.1)")
+    p.add_argument("--rdt-reading", choices=("once", "unsaturated"), default="once",
+                   help="--pod-estimates rdt: a pod's llc and membw = its first reading, kept (once), or re-read every "
+                        "window and taken while its node's readings sum below --rdt-saturated-at, else the larger of "
+                        "its highest reading and the counters' estimate (unsaturated; one noise factor per pod)")
+    p.add_argument("--rdt-saturated-at", type=float, default=0.9, metavar="F",
+                   help="--rdt-reading unsaturated: a node whose readings of a resource sum to this or more is taken "
+                        "as saturated in it (default 0.9)")
     p.add_argument("--victims", choices=("predicted", "cpi"), default="predicted",
                    help="orchestrator moves with --pod-estimates counters: find slowed pods from the estimated "
                         "pressures (predicted) or from each pod's IPC against its job's other pods (cpi, as CPI²)")
@@ -190,6 +197,9 @@ def run(args: argparse.Namespace, command: str) -> int:
         return 2
     if args.rdt_noise < 0:
         print("eval arena: --rdt-noise must be >= 0", file=sys.stderr)
+        return 2
+    if not 0.0 < args.rdt_saturated_at <= 1.0:
+        print("eval arena: --rdt-saturated-at must be in (0, 1]", file=sys.stderr)
         return 2
     if args.cpi_window < 1:
         print("eval arena: --cpi-window must be >= 1", file=sys.stderr)
@@ -303,7 +313,8 @@ def run(args: argparse.Namespace, command: str) -> int:
 
                 progress("training the per-pod pressure estimator on the training kinds (training.pod_pressure)")
                 train_kinds = list(model.card["data"]["train_kinds"])
-                counters = (MonitoredEstimator(train_kinds, args.seed, args.rdt_noise) if args.pod_estimates == "rdt"
+                counters = (MonitoredEstimator(train_kinds, args.seed, args.rdt_noise, reading=args.rdt_reading,
+                                               saturated_at=args.rdt_saturated_at) if args.pod_estimates == "rdt"
                             else CounterEstimator(train_kinds, args.seed))
             controller = Orchestrator(
                 names, orch, model_version=model.version, counters=counters,
@@ -376,6 +387,9 @@ def run(args: argparse.Namespace, command: str) -> int:
                                 "moves": args.orchestrator_moves, "load_term": args.orchestrator_load_term,
                                 "pod_estimates": args.pod_estimates, "victims": args.victims,
                                 "rdt_noise": args.rdt_noise if args.pod_estimates == "rdt" else None,
+                                "rdt_reading": args.rdt_reading if args.pod_estimates == "rdt" else None,
+                                "rdt_saturated_at": (args.rdt_saturated_at if args.pod_estimates == "rdt"
+                                                     and args.rdt_reading == "unsaturated" else None),
                                 "cpi_window": args.cpi_window, "cpi_reference": args.cpi_reference,
                                 "cpi_quantile": args.cpi_quantile, "cpi_clearance": args.cpi_clearance,
                                 "pod_estimates_job_prior": args.pod_estimates_job_prior,

@@ -228,21 +228,86 @@ class MonitoredEstimator(CounterEstimator):
     (:func:`monitored_readings`) instead of estimated from counters; core and frontend still from the counter
     regressor (no hardware meters them per cgroup). A what-if for nodes whose CPUs have the monitoring: the
     counters' error on unseen kinds is largest on exactly those two (docs/arena.md, "How close do per-pod counters
-    get?")."""
+    get?").
 
-    def __init__(self, train_kinds: Sequence[str], seed: int, noise: float, pods: int = 8000) -> None:
+    ``reading``: ``once`` — a pod's llc and membw are its first reading (drawn with fresh noise), kept for its life;
+    ``unsaturated`` — every pod is re-read each window (:meth:`observe`) and a reading counts as its demand only
+    while the node's readings of that resource sum below ``saturated_at`` (a saturated node's readings are shares);
+    a pod's estimate is the mean of those, else (never seen unsaturated) the larger of its highest reading (a lower
+    bound of the demand) and the counter regressor's estimate. There the noise is one persistent factor per pod and
+    resource (the map from bytes to the pressure scale does not average away over windows).
+    """
+
+    def __init__(self, train_kinds: Sequence[str], seed: int, noise: float, pods: int = 8000,
+                 reading: Literal["once", "unsaturated"] = "once", saturated_at: float = 0.9) -> None:
         if noise < 0:
             raise ValueError(f"monitoring noise must be >= 0, got {noise}")
+        if not 0.0 < saturated_at <= 1.0:
+            raise ValueError(f"saturated_at must be in (0, 1], got {saturated_at}")
         super().__init__(train_kinds, seed, pods)
         self.noise = noise
+        self.reading = reading
+        self.saturated_at = saturated_at
         self._monitor_rng = np.random.default_rng(seed + 1)
+        self._factor: dict[int, np.ndarray] = {}
+        self._calm_sum: dict[int, np.ndarray] = {}
+        self._calm_n: dict[int, np.ndarray] = {}
+        self._highest: dict[int, np.ndarray] = {}
+        self._counted: dict[int, np.ndarray] = {}
+
+    @property
+    def rereads(self) -> bool:
+        return self.reading == "unsaturated"
 
     def estimate(self, node: int, residents: Sequence[Arrival],
                  which: Sequence[int]) -> list[tuple[float, float, float, float]]:
         counted = np.asarray(super().estimate(node, residents, which), dtype=np.float64).reshape(len(which), 4)
-        pressures = np.array([a.pressure for a in residents], dtype=np.float64).reshape(len(residents), 4)
-        counted[:, list(MONITORED)] = monitored_readings(pressures, which, self.noise, self._monitor_rng)
+        if self.rereads:
+            for k, row in zip(which, counted, strict=True):
+                tid = residents[k].task_id
+                self._counted[tid] = row[list(MONITORED)].copy()
+                row[list(MONITORED)] = self.monitored(tid)
+        else:
+            pressures = np.array([a.pressure for a in residents], dtype=np.float64).reshape(len(residents), 4)
+            counted[:, list(MONITORED)] = monitored_readings(pressures, which, self.noise, self._monitor_rng)
         return [(float(a), float(b), float(c), float(d)) for a, b, c, d in counted.tolist()]
+
+    def observe(self, residents: Sequence[Arrival], which: Sequence[int]) -> None:
+        """One window's readings of a node (``reading="unsaturated"``): every resident is read (the node's sum tells
+        saturation); the pods ``which`` (old enough to be measured) keep what the window showed."""
+        if not residents:
+            return
+        pressures = np.array([a.pressure for a in residents], dtype=np.float64).reshape(len(residents), 4)
+        factors = np.array([self._factor_of(a.task_id) for a in residents])
+        read = monitored_readings(pressures, range(len(residents)), 0.0, self._monitor_rng) * factors
+        read = np.clip(read, 0.0, 1.0)
+        calm = read.sum(axis=0) < self.saturated_at
+        for k in which:
+            tid = residents[k].task_id
+            self._calm_sum[tid] = self._calm_sum.get(tid, np.zeros(len(MONITORED))) + np.where(calm, read[k], 0.0)
+            self._calm_n[tid] = self._calm_n.get(tid, np.zeros(len(MONITORED))) + calm
+            self._highest[tid] = np.maximum(self._highest.get(tid, np.zeros(len(MONITORED))), read[k])
+
+    def monitored(self, task_id: int) -> np.ndarray:
+        """llc and membw of a pod from its readings so far (``reading="unsaturated"``; the class docstring)."""
+        n = self._calm_n.get(task_id, np.zeros(len(MONITORED)))
+        calm = self._calm_sum.get(task_id, np.zeros(len(MONITORED))) / np.maximum(n, 1.0)
+        bound = np.maximum(self._highest.get(task_id, np.zeros(len(MONITORED))),
+                           self._counted.get(task_id, np.zeros(len(MONITORED))))
+        return np.asarray(np.where(n > 0, calm, bound))
+
+    def refined(self, task_id: int, known: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+        """``known`` with llc and membw from the pod's readings so far."""
+        out = list(known)
+        for r, v in zip(MONITORED, self.monitored(task_id).tolist(), strict=True):
+            out[r] = float(v)
+        return out[0], out[1], out[2], out[3]
+
+    def _factor_of(self, task_id: int) -> np.ndarray:
+        f = self._factor.get(task_id)
+        if f is None:
+            f = self._factor[task_id] = np.exp(self._monitor_rng.normal(0.0, self.noise, size=len(MONITORED)))
+        return f
 
 
 class JobCpi:
@@ -344,6 +409,13 @@ class PodEstimates:
             if self.job_prior:
                 for t in tasks:
                     self._job_of[t.arrival.task_id] = t.arrival.job_id
+            if isinstance(self.counters, MonitoredEstimator) and self.counters.rereads and tasks:
+                old_enough = [k for k, t in enumerate(tasks) if t_s - t.start_s >= self.min_age_s]
+                self.counters.observe([t.arrival for t in tasks], old_enough)
+                for k in old_enough:
+                    tid = tasks[k].arrival.task_id
+                    if tid in self.known:
+                        self.known[tid] = self.counters.refined(tid, self.known[tid])
             new = [k for k, t in enumerate(tasks)
                    if t.arrival.task_id not in self.known and t_s - t.start_s >= self.min_age_s]
             if not new:

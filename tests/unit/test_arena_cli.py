@@ -92,17 +92,25 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
     assert "--cpi-quantile must be in (0, 1]" in capsys.readouterr().err
     assert eval_arena(["--synthetic", "10", "--victims", "cpi", "--out", str(tmp_path / "y")]) == 2
     assert "--victims cpi needs --pod-estimates counters or rdt" in capsys.readouterr().err
-    monitored = tmp_path / "m"  # llc and membw from per-cgroup resource monitoring, the rest from counters
-    assert eval_arena(["--policies", "orchestrator", "--synthetic", "30", "--nodes", "3", "--horizon-s", "300",
-                       "--seed", "2", "-q", "--extender-inputs", "none", "--extender-corunner-weight", "1",
-                       "--orchestrator-moves", "--orchestrator-load-term", "--pod-estimates", "rdt",
-                       "--rdt-noise", "0.05", "--out", str(monitored)]) == 0
-    details = orjson.loads((monitored / "results.json").read_bytes())["details"]["orchestrator"]
-    assert (details["pod_estimates"], details["rdt_noise"]) == ("rdt", 0.05)
-    assert orjson.loads((monitored / "results.json").read_bytes())["details"]["summary"]["orchestrator"]["finished"] > 0
+    for name, extra, recorded in (
+            ("m", ["--rdt-noise", "0.05"], {"rdt_noise": 0.05, "rdt_reading": "once", "rdt_saturated_at": None}),
+            ("mr", ["--rdt-reading", "unsaturated", "--rdt-saturated-at", "0.8"],  # re-read, kept while calm
+             {"rdt_noise": 0.1, "rdt_reading": "unsaturated", "rdt_saturated_at": 0.8})):
+        monitored = tmp_path / name  # llc and membw from per-cgroup resource monitoring, the rest from counters
+        assert eval_arena(["--policies", "orchestrator", "--synthetic", "30", "--nodes", "3", "--horizon-s", "300",
+                           "--seed", "2", "-q", "--extender-inputs", "none", "--extender-corunner-weight", "1",
+                           "--orchestrator-moves", "--orchestrator-load-term", "--pod-estimates", "rdt", *extra,
+                           "--out", str(monitored)]) == 0
+        result = orjson.loads((monitored / "results.json").read_bytes())["details"]
+        assert result["orchestrator"]["pod_estimates"] == "rdt"
+        assert {k: result["orchestrator"][k] for k in recorded} == recorded
+        assert result["summary"]["orchestrator"]["finished"] > 0
     assert eval_arena(["--synthetic", "10", "--pod-estimates", "rdt", "--rdt-noise", "-1", "--out",
                        str(tmp_path / "r")]) == 2
     assert "--rdt-noise must be >= 0" in capsys.readouterr().err
+    assert eval_arena(["--synthetic", "10", "--pod-estimates", "rdt", "--rdt-saturated-at", "1.5", "--out",
+                       str(tmp_path / "rs")]) == 2
+    assert "--rdt-saturated-at must be in (0, 1]" in capsys.readouterr().err
     assert eval_arena(["--synthetic", "10", "--cpi-clearance", "1.2", "--out", str(tmp_path / "t")]) == 2
     assert "--cpi-clearance needs --victims cpi and a LIMIT >= 1" in capsys.readouterr().err
     assert eval_arena(["--synthetic", "10", "--orchestrator-moves", "--move-margin", "-1", "--out",

@@ -285,3 +285,41 @@ def test_the_monitored_estimator_replaces_llc_and_membw_and_keeps_the_counters_c
         assert m[1] == pytest.approx(residents[k].pressure[1] / max(1.0, total[1]))
     with pytest.raises(ValueError, match="monitoring noise"):
         MonitoredEstimator(kinds, seed=3, noise=-0.1, pods=400)
+
+
+def test_rereading_takes_a_pods_demand_from_windows_its_node_was_not_saturated_else_a_lower_bound() -> None:
+    kinds = ["crypto", "kv_cache", "stream_triad", "php_app"]
+
+    def pod(i: int, kind: str, intensity: float) -> Arrival:
+        return Arrival(i, i, 0.0, 100.0, 0.1, 0.02, True, kind, "x", intensity)
+
+    a, b = pod(1, "search_index", 0.5), pod(2, "spmv", 0.5)  # llc 0.35 + 0.225, membw 0.125 + 0.425: calm
+    c, d = pod(3, "spmv", 1.0), pod(4, "stream_triad", 1.0)  # llc 0.45 + 0.4 (calm), membw 0.85 + 0.9 (saturated)
+    est = MonitoredEstimator(kinds, seed=3, noise=0.0, pods=400, reading="unsaturated")
+    plain = CounterEstimator(kinds, seed=3, pods=400)  # the same regressor, its counts drawn in the same order
+    est.observe([a, b], [0, 1])
+    got, counted = est.estimate(0, [a, b], [0])[0], plain.estimate(0, [a, b], [0])[0]
+    assert got[:2] == pytest.approx((0.35, 0.125)) and got[2:] == counted[2:]
+    est.observe([c, d], [0, 1])
+    got, counted = est.estimate(0, [c, d], [0])[0], plain.estimate(0, [c, d], [0])[0]
+    assert got[0] == pytest.approx(0.45)  # llc was calm: the reading is the demand
+    share = 0.85 / 1.75  # membw never calm: the larger of its highest reading and the counters' estimate
+    assert got[1] == pytest.approx(max(share, counted[1])) and got[1] >= share
+    est.observe([c], [0])  # its co-runner gone: the node is calm, so the reading is the demand from now on
+    assert est.refined(3, got) == pytest.approx((0.45, 0.85, got[2], got[3]))
+    est.observe([c, d], [0, 1])  # saturated again: a share, not counted
+    assert est.monitored(3) == pytest.approx((0.45, 0.85))
+    assert est.monitored(4) == pytest.approx((0.4, 0.9 / 1.75))  # never estimated from counters: its reading
+    c_young = pod(5, "spmv", 1.0)
+    est.observe([c_young], [])  # read (for the node's sum) but too young to keep
+    assert est.monitored(5).tolist() == [0.0, 0.0]
+
+    noisy = MonitoredEstimator(kinds, seed=3, noise=0.2, pods=400, reading="unsaturated")
+    noisy.observe([a, b], [0, 1])
+    first = noisy.monitored(1)
+    for _ in range(5):  # one persistent factor per pod and resource: windows do not average it away
+        noisy.observe([a, b], [0, 1])
+    assert noisy.monitored(1) == pytest.approx(first)
+    assert abs(float(first[0]) / 0.35 - 1.0) > 1e-6  # ... and it is a factor, not the demand itself
+    with pytest.raises(ValueError, match="saturated_at"):
+        MonitoredEstimator(kinds, seed=3, noise=0.1, pods=400, reading="unsaturated", saturated_at=0.0)
