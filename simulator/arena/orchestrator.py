@@ -223,6 +223,10 @@ def monitored_readings(pressures: np.ndarray, which: Sequence[int], noise: float
     return np.asarray(np.clip(out, 0.0, 1.0))
 
 
+RESCALE_MIN_READING: Final = 0.05
+"""``rescaled``: the calm-read residents' readings must sum to this much of the resource to scale the others by."""
+
+
 class MonitoredEstimator(CounterEstimator):
     """:class:`CounterEstimator` with llc and membw read from per-cgroup resource monitoring
     (:func:`monitored_readings`) instead of estimated from counters; core and frontend still from the counter
@@ -235,11 +239,14 @@ class MonitoredEstimator(CounterEstimator):
     while the node's readings of that resource sum below ``saturated_at`` (a saturated node's readings are shares);
     a pod's estimate is the mean of those, else (never seen unsaturated) the larger of its highest reading (a lower
     bound of the demand) and the counter regressor's estimate. There the noise is one persistent factor per pod and
-    resource (the map from bytes to the pressure scale does not average away over windows).
+    resource (the map from bytes to the pressure scale does not average away over windows). ``rescaled`` — as
+    ``unsaturated``, and a pod never read calm but read on a saturated node beside residents that were read calm
+    takes its reading times the node's oversubscription estimated from them (their calm demand over their share
+    now): a proportional share, as :func:`monitored_readings` models it, scales every resident's reading alike.
     """
 
     def __init__(self, train_kinds: Sequence[str], seed: int, noise: float, pods: int = 8000,
-                 reading: Literal["once", "unsaturated"] = "once", saturated_at: float = 0.9) -> None:
+                 reading: Literal["once", "unsaturated", "rescaled"] = "once", saturated_at: float = 0.9) -> None:
         if noise < 0:
             raise ValueError(f"monitoring noise must be >= 0, got {noise}")
         if not 0.0 < saturated_at <= 1.0:
@@ -254,10 +261,12 @@ class MonitoredEstimator(CounterEstimator):
         self._calm_n: dict[int, np.ndarray] = {}
         self._highest: dict[int, np.ndarray] = {}
         self._counted: dict[int, np.ndarray] = {}
+        self._scaled_sum: dict[int, np.ndarray] = {}
+        self._scaled_n: dict[int, np.ndarray] = {}
 
     @property
     def rereads(self) -> bool:
-        return self.reading == "unsaturated"
+        return self.reading in ("unsaturated", "rescaled")
 
     def estimate(self, node: int, residents: Sequence[Arrival],
                  which: Sequence[int]) -> list[tuple[float, float, float, float]]:
@@ -282,19 +291,43 @@ class MonitoredEstimator(CounterEstimator):
         read = monitored_readings(pressures, range(len(residents)), 0.0, self._monitor_rng) * factors
         read = np.clip(read, 0.0, 1.0)
         calm = read.sum(axis=0) < self.saturated_at
+        scale = self._oversubscription(residents, read) if self.reading == "rescaled" else None
+        zero = np.zeros(len(MONITORED))
         for k in which:
             tid = residents[k].task_id
-            self._calm_sum[tid] = self._calm_sum.get(tid, np.zeros(len(MONITORED))) + np.where(calm, read[k], 0.0)
-            self._calm_n[tid] = self._calm_n.get(tid, np.zeros(len(MONITORED))) + calm
-            self._highest[tid] = np.maximum(self._highest.get(tid, np.zeros(len(MONITORED))), read[k])
+            self._calm_sum[tid] = self._calm_sum.get(tid, zero) + np.where(calm, read[k], 0.0)
+            self._calm_n[tid] = self._calm_n.get(tid, zero) + calm
+            self._highest[tid] = np.maximum(self._highest.get(tid, zero), read[k])
+            if scale is not None:
+                scaled = ~calm & np.isfinite(scale)
+                self._scaled_sum[tid] = self._scaled_sum.get(tid, zero) + np.where(scaled, read[k] * scale, 0.0)
+                self._scaled_n[tid] = self._scaled_n.get(tid, zero) + scaled
+
+    def _oversubscription(self, residents: Sequence[Arrival], read: np.ndarray) -> np.ndarray:
+        """Per monitored resource: the residents' calm demand over their reading now, summed over those read calm
+        before (``nan`` where none was, or their readings are too small to scale by); at least 1."""
+        known, now = np.zeros(len(MONITORED)), np.zeros(len(MONITORED))
+        for k, a in enumerate(residents):
+            n = self._calm_n.get(a.task_id)
+            if n is None:
+                continue
+            has = n > 0
+            known += np.where(has, self._calm_sum[a.task_id] / np.maximum(n, 1.0), 0.0)
+            now += np.where(has, read[k], 0.0)
+        out = np.full(len(MONITORED), np.nan)
+        enough = now >= RESCALE_MIN_READING
+        out[enough] = np.maximum(1.0, known[enough] / now[enough])
+        return out
 
     def monitored(self, task_id: int) -> np.ndarray:
         """llc and membw of a pod from its readings so far (``reading="unsaturated"``; the class docstring)."""
-        n = self._calm_n.get(task_id, np.zeros(len(MONITORED)))
-        calm = self._calm_sum.get(task_id, np.zeros(len(MONITORED))) / np.maximum(n, 1.0)
-        bound = np.maximum(self._highest.get(task_id, np.zeros(len(MONITORED))),
-                           self._counted.get(task_id, np.zeros(len(MONITORED))))
-        return np.asarray(np.where(n > 0, calm, bound))
+        zero = np.zeros(len(MONITORED))
+        n = self._calm_n.get(task_id, zero)
+        calm = self._calm_sum.get(task_id, zero) / np.maximum(n, 1.0)
+        bound = np.maximum(self._highest.get(task_id, zero), self._counted.get(task_id, zero))
+        m = self._scaled_n.get(task_id, zero)
+        scaled = np.clip(self._scaled_sum.get(task_id, zero) / np.maximum(m, 1.0), 0.0, 1.0)
+        return np.asarray(np.where(n > 0, calm, np.where(m > 0, scaled, bound)))
 
     def refined(self, task_id: int, known: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
         """``known`` with llc and membw from the pod's readings so far."""

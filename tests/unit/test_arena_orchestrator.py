@@ -323,3 +323,27 @@ def test_rereading_takes_a_pods_demand_from_windows_its_node_was_not_saturated_e
     assert abs(float(first[0]) / 0.35 - 1.0) > 1e-6  # ... and it is a factor, not the demand itself
     with pytest.raises(ValueError, match="saturated_at"):
         MonitoredEstimator(kinds, seed=3, noise=0.1, pods=400, reading="unsaturated", saturated_at=0.0)
+
+
+def test_rescaling_scales_a_share_by_the_oversubscription_its_calm_read_co_residents_show() -> None:
+    kinds = ["crypto", "kv_cache", "stream_triad", "php_app"]
+
+    def pod(i: int, kind: str) -> Arrival:
+        return Arrival(i, i, 0.0, 100.0, 0.1, 0.02, True, kind, "x", 1.0)
+
+    known, new = pod(1, "spmv"), pod(2, "stream_triad")  # membw 0.85 alone (calm), 0.85 + 0.9 together
+    for reading, membw in (("rescaled", 0.9), ("unsaturated", 0.9 / 1.75)):
+        est = MonitoredEstimator(kinds, seed=3, noise=0.0, pods=400, reading=reading)  # type: ignore[arg-type]
+        est.observe([known], [0])
+        est.observe([known, new], [0, 1])  # saturated: known reads 0.85 / 1.75 against its calm 0.85, so x1.75
+        assert est.monitored(2) == pytest.approx((0.4, membw))  # llc 0.85 in all: calm, the demand itself
+        assert est.monitored(1) == pytest.approx((0.45, 0.85))
+    strangers = MonitoredEstimator(kinds, seed=3, noise=0.0, pods=400, reading="rescaled")
+    strangers.observe([pod(3, "spmv"), pod(4, "stream_triad")], [0, 1])  # nobody read calm: nothing to scale by
+    assert strangers.monitored(4)[1] == pytest.approx(0.9 / 1.75)  # the lower bound, as without rescaling
+    noisy = MonitoredEstimator(kinds, seed=3, noise=0.3, pods=400, reading="rescaled")
+    noisy.observe([known], [0])
+    noisy.observe([known, new], [0, 1])  # persistent factors cancel in the ratio: the new pod's demand x its factor
+    factor = noisy.monitored(2)[0] / 0.4  # its llc was read calm: demand x factor
+    assert abs(factor - 1.0) > 1e-6
+    assert noisy.monitored(2)[1] == pytest.approx(min(1.0, 0.9 * float(noisy._factor[2][1])))
