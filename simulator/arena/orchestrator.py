@@ -320,7 +320,8 @@ class MonitoredEstimator(CounterEstimator):
         return out
 
     def monitored(self, task_id: int) -> np.ndarray:
-        """llc and membw of a pod from its readings so far (``reading="unsaturated"``; the class docstring)."""
+        """llc and membw of a pod from its readings so far (``reading`` unsaturated or rescaled: the class
+        docstring)."""
         zero = np.zeros(len(MONITORED))
         n = self._calm_n.get(task_id, zero)
         calm = self._calm_sum.get(task_id, zero) / np.maximum(n, 1.0)
