@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 
@@ -181,23 +181,46 @@ def _relieves(pods: Sequence[PodLoad], victim: int, removed: int, after: float, 
     return after <= s.slo_slowdown and after < before
 
 
-def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = frozenset(),
-         model: Slowdowns = task_slowdowns) -> list[Move]:
-    """The moves worth proposing now, best first (module docstring)."""
+Verdict = Literal["calm", "move", "no_eligible", "no_relief", "no_target"]
+"""What the rule concluded for one node: no latency-sensitive pod over the SLO on the estimates (``calm``, or
+fewer than two pods); a move found; hot, but no pod may move (too young, moved before, its job's last pod);
+hot, but no single removal brings a slowed pod back under the SLO; hot, but no node takes a pod that would."""
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    moves: list[Move]
+    """Every hot node's best move, best first (uncapped: :func:`plan` keeps ``max_per_round``)."""
+    verdicts: list[Verdict]
+    """Per node, in input order."""
+    predicted: list[list[float]]
+    """Per node, each pod's slowdown on the estimates (1.0 for a pod alone)."""
+
+
+def assess(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = frozenset(),
+           model: Slowdowns = task_slowdowns) -> Assessment:
+    """The rule on every node (module docstring), with why a hot node got no move."""
     jobs = Counter(p.job for n in nodes for p in n.pods)
     best: list[Move] = []
+    verdicts: list[Verdict] = []
+    predictions: list[list[float]] = []
     for node in nodes:
         pods = node.pods
         if len(pods) < 2:
+            verdicts.append("calm")
+            predictions.append([1.0] * len(pods))
             continue
         predicted = _slowdowns(pods, model).tolist()
+        predictions.append(predicted)
         # a pod's own observed slowdown, when there is one, says who suffers; the estimates say who causes it
         slow = [p.slowdown if p.slowdown is not None else v for p, v in zip(pods, predicted, strict=True)]
         over = [p.latency_sensitive and v > s.slo_slowdown for p, v in zip(pods, slow, strict=True)]
         if not any(p.latency_sensitive and v > s.slo_slowdown + s.margin for p, v in zip(pods, slow, strict=True)):
+            verdicts.append("calm")
             continue
         worst = max(v for v, o in zip(slow, over, strict=True) if o)
         found: Move | None = None
+        verdict: Verdict = "no_eligible"
         for k, pod in enumerate(pods):
             if (pod.age_s < s.min_age_s or pod.key in moved or jobs[pod.job] <= 1
                     or (s.batch_only and pod.latency_sensitive)):
@@ -207,16 +230,28 @@ def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = fro
             relieved = int(over[k]) + sum(1 for j, v in zip(keep, after, strict=True)
                                           if over[j] and _relieves(pods, j, k, v, predicted[j], s))
             if relieved == 0:
+                if verdict == "no_eligible":
+                    verdict = "no_relief"
                 continue
+            if verdict != "move":
+                verdict = "no_target"
             if found is not None and (relieved, not pod.latency_sensitive, -pod.age_s) <= found.rank():
                 continue  # cannot beat the node's best so far: spare the target search
             targets = targets_for(pod, node.name, nodes, s, model)
             if targets:
                 found = Move(pod, node.name, relieved, worst, targets)
+                verdict = "move"
+        verdicts.append(verdict)
         if found is not None:
             best.append(found)
     best.sort(key=Move.rank, reverse=True)
-    return best[: s.max_per_round]
+    return Assessment(best, verdicts, predictions)
+
+
+def plan(nodes: Sequence[NodeLoad], s: MoveSettings, moved: frozenset[str] = frozenset(),
+         model: Slowdowns = task_slowdowns) -> list[Move]:
+    """The moves worth proposing now, best first (module docstring)."""
+    return assess(nodes, s, moved, model).moves[: s.max_per_round]
 
 
 def proposals(moves: Sequence[Move], s: MoveSettings, now_ms: int) -> list[Candidate]:

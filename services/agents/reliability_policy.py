@@ -24,7 +24,7 @@ the node's risk, which counts only when it is in range itself.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, get_args
 
 from prometheus_client import Counter, Gauge
 
@@ -41,6 +41,8 @@ NODES = Gauge("borg_agent_interference_nodes", "Nodes at the last re-plan: known
               ["state"])
 HOT = Gauge("borg_agent_interference_hot_nodes", "Known nodes where a latency-sensitive pod is predicted over the SLO")
 MOVES = Counter("borg_agent_interference_moves_total", "Interference evict proposals made")
+VERDICTS = Gauge("borg_agent_interference_verdict_nodes", "Known nodes at the last re-plan by what the rule "
+                 "concluded: calm, move, no_eligible, no_relief or no_target", ["verdict"])
 
 
 def evaluate(view: ClusterView, s: ReliabilitySettings, scope: Scope, now_ms: int) -> list[Candidate]:
@@ -72,8 +74,11 @@ def interference_moves(view: ClusterView, s: ReliabilitySettings, now_ms: int) -
                                                 max_per_round=s.move_max_per_round, score=s.move_score)
     by_key = {p.key: p for p in view.kube_pods}
     moved = frozenset(k for k, p in by_key.items() if move_identity(p) in view.moved)
-    moves = interference_policy.plan(loads, settings, moved)
+    assessed = interference_policy.assess(loads, settings, moved)
+    moves = assessed.moves[: settings.max_per_round]
     PLANS.inc()
+    for verdict in get_args(interference_policy.Verdict):
+        VERDICTS.labels(verdict).set(assessed.verdicts.count(verdict))
     NODES.labels("known").set(len(loads))
     NODES.labels("unknown").set(len(view.kube_nodes) - len(loads))
     HOT.set(interference_policy.hot_nodes(loads, settings))

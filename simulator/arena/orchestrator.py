@@ -93,6 +93,11 @@ NS_BATCH: Final = "arena-batch"
 CLUSTER: Final = "arena"
 TAINT_WEIGHT: Final = 3  # TaintToleration's weight in the default profile (default_plugins.go)
 MAX_NODE_SCORE: Final = 100
+VIOLATION_CAUSES: Final = ("missed", "move_found", "no_eligible", "no_relief", "no_target", "after_own_move")
+"""Why a latency-sensitive task over the SLO was not moved away (docs/arena.md, "Where the violation left comes
+from"): its estimates put it under the SLO; a move was found (it waits for the referee's budget or the round's
+cap); its node is hot but no pod there may move, none relieves it alone, or no node takes the one that would;
+it was itself moved before and is slowed again."""
 Outcome = Literal["applied", "refused"]
 RiskHook = Callable[[ClusterView, "Arena", int], None]
 """Fills ``view.task_risk`` / ``view.node_risk`` before the agents run (the arena has no risk stage)."""
@@ -629,6 +634,8 @@ class Orchestrator:
         """Nominal work (task-s) moved pods had done before their eviction: redone after the restart."""
         self.lost_cpu_s = 0.0
         self.move_cpu_s = 0.0
+        self.violation_causes: dict[str, float] = dict.fromkeys(VIOLATION_CAUSES, 0.0)
+        """Task-s over the SLO at the moves' evaluations, by cause (:meth:`_attribute`; VIOLATION_CAUSES)."""
 
     # ------------------------------------------------------------------ loop.Controller
     def held(self) -> int:
@@ -651,6 +658,10 @@ class Orchestrator:
                     "moved_latency_sensitive": float(self.moved_latency_sensitive),
                     "lost_work_task_s": self.lost_work_s, "lost_work_node_cpu_s": self.lost_cpu_s,
                     "move_cpu_s": self.move_cpu_s}
+            seen = sum(self.violation_causes.values())
+            out["violation_attributed_task_s"] = seen
+            for cause in VIOLATION_CAUSES:
+                out[f"violation_share_{cause}"] = self.violation_causes[cause] / seen if seen else 0.0
         if self.victim_confusion:
             c = self.victim_confusion
             flagged, victims = c[(True, True)] + c[(True, False)], c[(True, True)] + c[(False, True)]
@@ -714,13 +725,33 @@ class Orchestrator:
     def _moves(self, arena: Arena, t_s: float, now: int) -> list[Proposal]:
         assert self.cfg.moves is not None
         started = time.process_time()
-        plan = interference_policy.plan(self.node_loads(arena, t_s), self.cfg.moves, frozenset(self.moved))
+        loads = self.node_loads(arena, t_s)
+        assessed = interference_policy.assess(loads, self.cfg.moves, frozenset(self.moved))
+        self._attribute(arena, assessed)
+        plan = assessed.moves[: self.cfg.moves.max_per_round]
         out = [c.proposal for c in interference_policy.proposals(plan, self.cfg.moves, now)]
         self.proposals["evict"] += len(out)
         self.move_cpu_s += time.process_time() - started
         return out
 
     # ------------------------------------------------------------------ admission holds
+    def _attribute(self, arena: Arena, assessed: interference_policy.Assessment) -> None:
+        """Tally each latency-sensitive task truly over the SLO now by what the moves' rule saw of it (the
+        arena's truth against the estimates: why the violation was not moved away)."""
+        assert self.cfg.moves is not None
+        weight = arena.tick_s * self.cfg.every_ticks
+        for tasks, verdict, predicted in zip(arena.residents, assessed.verdicts, assessed.predicted, strict=True):
+            for t, p in zip(tasks, predicted, strict=True):
+                if not (t.arrival.latency_sensitive and t.slowdown > arena.slo):
+                    continue
+                if task_key(t.arrival) in self.moved:
+                    cause = "after_own_move"
+                elif p <= self.cfg.moves.slo_slowdown or verdict == "calm":
+                    cause = "missed"
+                else:
+                    cause = "move_found" if verdict == "move" else verdict
+                self.violation_causes[cause] += weight
+
     def _admit(self, pending: deque[Arrival]) -> None:
         """Hold back what a held namespace submits; put back what a lifted hold kept out.
 

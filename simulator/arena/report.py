@@ -82,12 +82,14 @@ UNITS: Final = {"slo_violation_task_s": "task_s", "mean_cpu_utilisation": "fract
                 "policy_cpu_us_per_decision": "us", "model_cpu_us_per_decision": "us",
                 "completion_inflation": "ratio", "mean_wait_s": "s", "ls_tasks_violating_fraction": "fraction",
                 "model_coverage": "fraction", "model_interference_mae": "slowdown",
-                "model_missed_slo_fraction": "fraction", "model_selective_accuracy": "fraction"}
+                "model_missed_slo_fraction": "fraction", "model_selective_accuracy": "fraction",
+                "violation_attributed_task_s": "task_s"}
 
 
 def rows(case: str, m: dict[str, float | None]) -> list[dict[str, Any]]:
     return [{"bench": BENCH, "case": case, "metric": k, "value": float(v),
-             "unit": UNITS.get(k, "ratio")} for k, v in m.items() if v is not None]
+             "unit": UNITS.get(k, "fraction" if k.startswith("violation_share_") else "ratio")}
+            for k, v in m.items() if v is not None]
 
 
 def plot(outcomes: Sequence[ArenaOutcome], out_dir: Path, title: str) -> list[Path]:

@@ -14,6 +14,7 @@ from services.agents.interference_policy import (
     MoveSettings,
     NodeLoad,
     PodLoad,
+    assess,
     plan,
     proposals,
     targets_for,
@@ -106,6 +107,34 @@ def test_nodes_with_more_relief_go_first_and_the_round_is_capped() -> None:
     nodes = [hot_node(), two, node("n1"), sibling()]
     assert [m.pod.key for m in plan(nodes, MoveSettings())] == ["batch/n2-hog"]
     assert [m.relieved for m in plan(nodes, MoveSettings(max_per_round=5))] == [2, 1]
+
+
+def test_the_assessment_says_why_a_hot_node_got_no_move() -> None:
+    hog_level = 1 + 1.2 * 0.2 + 0.4 * 0.65 / 0.75
+    lone = node("n5", pod("batch/lone", "cpu_bound", QUIET, job="solo"))
+    found = assess([hot_node(), node("n1"), sibling(), lone], MoveSettings())
+    assert found.verdicts == ["move", "calm", "calm", "calm"]
+    assert found.predicted[0] == pytest.approx([hog_level, 1.0])  # the hog is not slowed by a quiet llc pod
+    assert found.predicted[3] == [1.0]
+    assert [m.pod.key for m in found.moves] == ["batch/n0-hog"]
+    # the hog too young, the web pod its job's last: nobody may move
+    assert assess([hot_node(age_s=5.0), node("n1"), sibling()], MoveSettings()).verdicts[0] == "no_eligible"
+    # the hog would relieve the web pod, but no node has room for it
+    full = node("n1", free=(500, 1 << 30))
+    assert assess([hot_node(), full, sibling()], MoveSettings()).verdicts[0] == "no_target"
+    # two hogs: removing either leaves the other (the worst co-runner sets the slowdown), the web pod may not go
+    two_hogs = node("n0", pod("ls/web", "llc_sensitive", QUIET, ls=True, job="web"),
+                    pod("batch/h1", "memory_bound", MEMORY_HOG, job="scan"),
+                    pod("batch/h2", "memory_bound", MEMORY_HOG, job="scan"))
+    stuck = assess([two_hogs, node("n1"), sibling()], MoveSettings())
+    assert stuck.verdicts[0] == "no_relief" and stuck.moves == []
+    assert stuck.predicted[0][0] == pytest.approx(hog_level)
+    # plan is the assessment's moves, capped per round
+    two = node("n2", pod("ls/a", "llc_sensitive", QUIET, ls=True, job="a"),
+               pod("batch/n2-hog", "memory_bound", MEMORY_HOG, job="scan"))
+    nodes = [hot_node(), two, node("n1"), sibling()]
+    assert len(assess(nodes, MoveSettings()).moves) == 2
+    assert plan(nodes, MoveSettings()) == assess(nodes, MoveSettings()).moves[:1]
 
 
 def test_proposals_cite_the_estimates_and_pass_the_referee() -> None:

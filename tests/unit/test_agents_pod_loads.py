@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from contracts.models import PodPressure
 from contracts.topics import Topic
 from services.agents.interference_policy import NodeLoad, PodLoad, tolerates
@@ -143,6 +145,8 @@ def test_the_agent_proposes_evicting_the_hog_once_and_only_when_asked() -> None:
                                                                                      "Pod/ns/hog", 0.8)
     assert proposal.payload["reason"] == "interference" and proposal.payload["node"] == "a"
     assert [s.topic for s in candidate.sources] == [Topic.PODPRESSURE]
+    assert REGISTRY.get_sample_value("borg_agent_interference_verdict_nodes", {"verdict": "move"}) == 1.0
+    assert REGISTRY.get_sample_value("borg_agent_interference_verdict_nodes", {"verdict": "no_target"}) == 0.0
     assert evaluate(view, settings, Scope(nodes={"a"}), now + 500) == []  # re-planned at most every 2 s
     assert evaluate(view, settings, Scope(nodes={"a"}), now + 5_000) == []  # the hog's Job was proposed once
     assert list(view.moved) == ["ns/Job/hog-job"]
@@ -153,6 +157,7 @@ def test_the_agent_proposes_evicting_the_hog_once_and_only_when_asked() -> None:
     blocked.kube_nodes = tuple(n if n.name != "b" else dataclasses.replace(n, taints=contended)
                                for n in blocked.kube_nodes)
     assert evaluate(blocked, settings, Scope(nodes={"a"}), now) == []  # the only room is a node it cannot enter
+    assert REGISTRY.get_sample_value("borg_agent_interference_verdict_nodes", {"verdict": "no_target"}) == 1.0
     unlisted = agent_view(now)
     unlisted.kube_listed_ms = None
     assert evaluate(unlisted, settings, Scope(nodes={"a"}), now) == []

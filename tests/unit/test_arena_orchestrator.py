@@ -220,6 +220,31 @@ def test_moves_take_the_slowed_pods_to_a_quiet_node() -> None:
     assert isinstance(moved, float) and isinstance(kept, float) and moved < kept
 
 
+def test_the_violation_left_is_attributed_to_what_the_moves_rule_saw() -> None:
+    arena, orch = _crowded(moves=True)
+    m = metrics(arena.run())
+    # 10 s and 20 s: both llc pods slowed, node 1 cordoned (no target); 30 s: a move found for each, one applied;
+    # 40 s: the other's move found and applied; then both run alone on node 1
+    assert orch.violation_causes["no_target"] == 2 * 2 * 10.0
+    assert orch.violation_causes["move_found"] == (2 + 1) * 10.0
+    assert m["violation_attributed_task_s"] == pytest.approx(70.0) == m["slo_violation_task_s"]
+    assert m["violation_share_no_target"] == pytest.approx(40 / 70) and m["violation_share_missed"] == 0.0
+
+
+def test_a_violation_the_estimates_miss_or_after_a_move_is_named_so() -> None:
+    from services.agents.interference_policy import Assessment
+
+    arena, orch = _crowded(moves=True)
+    arena._place(0.0, deque(arena.arrivals))  # every task on node 0: both llc pods truly 1.59x
+    calm_estimates = Assessment([], ["calm", "calm"], [[1.0, 1.0, 1.1, 1.1], []])
+    orch._attribute(arena, calm_estimates)
+    assert orch.violation_causes["missed"] == 2 * 10.0
+    orch.moved.add(task_key(arena.residents[0][0].arrival))
+    orch._attribute(arena, Assessment([], ["no_relief", "calm"], [[1.6, 1.6, 1.1, 1.1], []]))
+    assert (orch.violation_causes["after_own_move"], orch.violation_causes["no_relief"]) == (10.0, 10.0)
+    assert sum(orch.violation_causes.values()) == 40.0  # the hogs (batch) never count
+
+
 def test_pod_estimates_measure_once_after_a_window_and_guess_the_class_before() -> None:
     from simulator.arena.orchestrator import PodEstimates
     from simulator.workloads import CLASS_PRESSURE_GUESS
