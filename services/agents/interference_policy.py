@@ -1,6 +1,7 @@
 """Corrective moves: evict a pod whose co-runners push a latency-sensitive pod past its SLO (issue 21).
 
-Pure: (nodes with per-pod load estimates, settings, now) → ``evict`` candidates for the referee.
+Pure: (nodes with per-pod load estimates, settings, now) → ``evict`` candidates for the referee; :func:`assess`
+also says, per node, why a hot node got no move.
 
 A placement can only guess how hard a new pod will press on the shared resources; once it runs, its
 per-pod (cgroup) counters show it. This rule acts on that after-start knowledge:

@@ -734,10 +734,9 @@ class Orchestrator:
         self.move_cpu_s += time.process_time() - started
         return out
 
-    # ------------------------------------------------------------------ admission holds
     def _attribute(self, arena: Arena, assessed: interference_policy.Assessment) -> None:
         """Tally each latency-sensitive task truly over the SLO now by what the moves' rule saw of it (the
-        arena's truth against the estimates: why the violation was not moved away)."""
+        arena's truth against the estimates' predicted slowdown: why the violation was not moved away)."""
         assert self.cfg.moves is not None
         weight = arena.tick_s * self.cfg.every_ticks
         for tasks, verdict, predicted in zip(arena.residents, assessed.verdicts, assessed.predicted, strict=True):
@@ -752,6 +751,7 @@ class Orchestrator:
                     cause = "move_found" if verdict == "move" else verdict
                 self.violation_causes[cause] += weight
 
+    # ------------------------------------------------------------------ admission holds
     def _admit(self, pending: deque[Arrival]) -> None:
         """Hold back what a held namespace submits; put back what a lifted hold kept out.
 
