@@ -161,13 +161,6 @@ def targets_for(pod: PodLoad, source: str, nodes: Sequence[NodeLoad], s: MoveSet
                and n.free_memory >= pod.memory and not _pushes_over((*n.pods, pod), s, model))
 
 
-def hot_nodes(nodes: Sequence[NodeLoad], s: MoveSettings, model: Slowdowns = task_slowdowns) -> int:
-    """Nodes where the estimates put a latency-sensitive pod above ``slo_slowdown + margin``."""
-    return sum(1 for n in nodes if len(n.pods) >= 2 and any(
-        p.latency_sensitive and v > s.slo_slowdown + s.margin
-        for p, v in zip(n.pods, _slowdowns(n.pods, model).tolist(), strict=True)))
-
-
 def _relieves(pods: Sequence[PodLoad], victim: int, removed: int, after: float, before: float,
               s: MoveSettings) -> bool:
     """Does removing ``pods[removed]`` bring ``pods[victim]`` back under the SLO? On the estimates (``after``,

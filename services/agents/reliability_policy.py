@@ -81,7 +81,7 @@ def interference_moves(view: ClusterView, s: ReliabilitySettings, now_ms: int) -
         VERDICTS.labels(verdict).set(assessed.verdicts.count(verdict))
     NODES.labels("known").set(len(loads))
     NODES.labels("unknown").set(len(view.kube_nodes) - len(loads))
-    HOT.set(interference_policy.hot_nodes(loads, settings))
+    HOT.set(len(assessed.verdicts) - assessed.verdicts.count("calm"))
     MOVES.inc(len(moves))
     out: list[Candidate] = []
     for move, candidate in zip(moves, interference_policy.proposals(moves, settings, now_ms), strict=True):
