@@ -45,7 +45,6 @@ import math
 import multiprocessing as mp
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -62,7 +61,7 @@ import psutil
 
 from borgctl.errors import UserError
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC, Topic
-from loadtests.procs import delete_topics
+from loadtests.procs import delete_topics, free_port
 from services.runtime.kafka_security import kafka_client_options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,12 +79,6 @@ SIDE_OUTPUTS = {Topic.ANOMALIES: "anomaly", RISK_TOPIC: "risk"}
 """Outputs off the regime path whose latency is reported beside it (their services run at a higher niceness)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class _Service:
     name: str
@@ -98,7 +91,7 @@ class _Service:
 def _spawn(name: str, bootstrap: str, prefix: str, work: Path, env: dict[str, str]) -> _Service:
     """``name`` is ``<service>`` or ``<service>#<n>`` (several workers of one service)."""
     module = name.split("#")[0]
-    port = _free_port()
+    port = free_port()
     label = name.replace("#", "-")
     log = work / f"{label}.log"
     full = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "BORG_TOPIC_PREFIX": prefix, "HEALTH_PORT": str(port),

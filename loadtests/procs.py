@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,11 +35,42 @@ class PipelineError(Exception):
     """A service of the pipeline could not be started or died."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_PORTS_FROM = 20000
+"""Lowest port handed out for a listener: above the well-known and registered ports services here use (Kafka 9092,
+Jaeger 16686, the API server 6443, health 8080/8090 ...)."""
+
+
+def ephemeral_range(source: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux's default when unreadable)."""
+    try:
+        low, high = (int(part) for part in source.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def free_port(rng: random.Random | None = None, ephemeral: tuple[int, int] | None = None) -> int:
+    """A loopback port free now, for a listener the caller (often a child process) binds later.
+
+    Chosen outside the ephemeral range: a port the kernel handed out for ``bind(0)`` is in that range, so between
+    this probe and the real bind any outgoing connection (a Kafka client opens many) could take it as its local port
+    -- seen in CI as the scheduler extender's ``EADDRINUSE``. Random within the range so concurrent callers rarely
+    pick the same one.
+    """
+    low, high = ephemeral or ephemeral_range()
+    pool = [span for span in ((LISTEN_PORTS_FROM, low - 1), (high + 1, 65535)) if span[1] - span[0] >= 1000]
+    chooser = rng or random.Random()
+    for _ in range(200):
+        first, last = chooser.choice(pool) if pool else (LISTEN_PORTS_FROM, 65535)
+        port = chooser.randint(first, last)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free loopback port outside the ephemeral range {low}-{high} after 200 tries")
 
 
 def group_env(name: str, prefix: str) -> dict[str, str]:

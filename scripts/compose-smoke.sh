@@ -305,7 +305,8 @@ show_failures() {
   done < <(states)
 }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# outside the ephemeral range: between this probe and podman's bind an outgoing connection could take a port from it
+free_port() { .venv/bin/python -c 'from loadtests.procs import free_port; print(free_port())'; }
 
 leftovers() {
   local label="label=com.docker.compose.project=$project"

@@ -36,7 +36,6 @@ import dataclasses
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -62,6 +61,7 @@ from loadtests.arena_live.kube import (
     private_scheduler,
     scheduler_config,
 )
+from loadtests.procs import free_port
 from services.runtime.kafka_security import kafka_client_options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -317,13 +317,6 @@ def score_pod_pressure(records: Sequence[Any], truth: dict[str, tuple[float, ...
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass
 class _Proc:
     name: str
@@ -333,7 +326,7 @@ class _Proc:
 
 
 def _spawn(name: str, args: list[str], env: dict[str, str], work: Path) -> _Proc:
-    health = _free_port()
+    health = free_port()
     log = work / f"{name}.log"
     full = {
         **os.environ,
@@ -576,7 +569,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         nodes = await arena.create(size.nodes, cpu=str(NODE_CPU_M // 1000), memory=f"{NODE_MEMORY_MIB}Mi")
         extender_url = None
         if policy in ("extender", "orchestrator"):
-            port = _free_port()
+            port = free_port()
             env = {"KAFKA_BOOTSTRAP": ctx.bootstrap, "BORG_TOPIC_PREFIX": prefix}
             if policy == "orchestrator":
                 # the deciding side: the admission agent's taints, applied by the referee to this run's nodes
@@ -666,7 +659,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                 await publish()
                 await asyncio.sleep(1.0)
             ctx.progress(f"{policy}: pipeline warm (a regime label per node at the extender)")
-        with private_scheduler(kube_scheduler_binary(), sched, ctx.work / policy, _free_port()):
+        with private_scheduler(kube_scheduler_binary(), sched, ctx.work / policy, free_port()):
             t0 = time.monotonic()
             last = t0
             horizon_wall = size.horizon_s / size.time_scale

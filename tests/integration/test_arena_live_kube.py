@@ -8,7 +8,6 @@ for how long each ran; deleting the run leaves no node behind.
 from __future__ import annotations
 
 import collections
-import socket
 import uuid
 from pathlib import Path
 
@@ -21,17 +20,11 @@ from loadtests.arena_live.kube import (
     private_scheduler,
     scheduler_config,
 )
+from loadtests.procs import free_port
 from tests.conftest import wait_until
 from tests.integration.test_referee_helpers import kube_admin  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.mark.timeout(300)
@@ -48,7 +41,7 @@ async def test_default_profile_places_jobs_on_the_runs_kwok_nodes_and_kwok_runs_
     try:
         nodes = await arena.create(3, cpu="2", memory="4Gi")
         sched = scheduler_config(name, kube_admin.parent / "scheduler.kubeconfig", extender_url=None)
-        with private_scheduler(kube_scheduler_binary(), sched, tmp_path, _free_port()):
+        with private_scheduler(kube_scheduler_binary(), sched, tmp_path, free_port()):
             tasks = [LiveTask(f"t{i}", "kind-a", "cpu_bound", 500, 256, run_s=3.0) for i in range(5)]
             for task in tasks:
                 await arena.submit(task, name)
@@ -94,7 +87,7 @@ async def test_complete_ends_a_running_pod_long_before_its_kwok_delay(
     try:
         await arena.create(1, cpu="2", memory="4Gi")
         sched = scheduler_config(name, kube_admin.parent / "scheduler.kubeconfig", extender_url=None)
-        with private_scheduler(kube_scheduler_binary(), sched, tmp_path, _free_port()):
+        with private_scheduler(kube_scheduler_binary(), sched, tmp_path, free_port()):
             tasks = [LiveTask(f"t{i}", "kind-a", "cpu_bound", 500, 256, run_s=600.0) for i in range(2)]
             for task in tasks:
                 await arena.submit(task, name)

@@ -36,12 +36,12 @@ from contracts.models import (
 )
 from contracts.topics import DRIFT_TOPIC, FORECASTS_TOPIC, Topic
 from featurelib.node.schema import FEATURE_INDEX, N_FEATURES, node_feature_schema_hash
+from loadtests.procs import free_port
 from services.runtime.producer import Producer
 from tests.conftest import ROOT, wait_until
 from tests.integration.test_dashboard_kafka import (
     cluster_state,
     conflicting_decisions,
-    free_port,
     regime_of,
     replay_node_signals,
     replay_traffic,

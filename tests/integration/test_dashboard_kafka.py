@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -36,6 +35,7 @@ from contracts.models import (
     TargetRef,
 )
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
+from loadtests.procs import free_port
 from services.dashboard.main import Dashboard, body, build
 from services.dashboard.reader import topic_partitions
 from services.dashboard.settings import DashboardSettings
@@ -57,13 +57,6 @@ def node_name(i: int) -> str:
 def regime_of(i: int, round_: int) -> str:
     """Deterministic regime per node and round (what the browser test checks in a cell)."""
     return REGIMES[(i + round_) % len(REGIMES)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

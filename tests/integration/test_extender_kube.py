@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ import yaml  # type: ignore[import-untyped]
 from contracts.models import AnomalyScore, FailureRiskV2, HorizonRisk, RegimeLabelV2, RegimeName
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from loadtests.arena_live.kube import private_scheduler, stop_process
+from loadtests.procs import free_port
 from services.runtime.producer import Producer
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY
 from tests.conftest import wait_until
@@ -82,13 +82,6 @@ def kube() -> Kube:
     binary = cache / "bin" / f"kube-scheduler-{_k8s_version()}"
     assert binary.exists(), f"{binary} missing (bash infra/kube/kube.sh build)"
     return Kube(admin, admin.parent / "scheduler.kubeconfig", binary)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def http_json(url: str) -> Any:

@@ -18,8 +18,8 @@ import pytest
 
 from borgctl import stack
 from borgctl.registry import service
+from loadtests.procs import free_port
 from tests.conftest import wait_until
-from tests.integration.test_stream_pipeline import free_port
 
 pytestmark = pytest.mark.integration
 

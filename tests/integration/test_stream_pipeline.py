@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -33,6 +32,7 @@ from contracts.models import REGIMES, UNKNOWN_REGIME
 from contracts.topics import REGIMES_TOPIC, RISK_TOPIC
 from featurelib.node.samples import sample_from_dict
 from featurelib.node.windows import DictStore, NodeWindows
+from loadtests.procs import free_port
 from services.risk.model import load_failure_model
 from services.runtime.model_watch import ModelRefusedError, resolve
 from simulator import SyntheticCluster
@@ -40,12 +40,6 @@ from tests.unit.test_risk_service import train_provisional_failure_model
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

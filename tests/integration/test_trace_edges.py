@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 
 from contracts import Decision, decode
 from contracts.topics import REGIMES_TOPIC
+from loadtests.procs import free_port
 from tests.conftest import ROOT, wait_until
 from tests.kafka_helpers import drain
 
@@ -97,13 +97,6 @@ def _jaeger(path: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{JAEGER}{path}", timeout=10) as response:
         data: dict[str, Any] = json.load(response)
         return data
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _post(url: str, body: dict[str, Any]) -> Any:
@@ -220,7 +213,7 @@ async def test_decision_trace_has_every_edge(
         # by the replay's phase), so whether the referee acted at all depended on the data.
         "REFEREE_MIN_SCORE": "0.05",
     }
-    extender_port = _free_port()
+    extender_port = free_port()
     env["EXTENDER_PORT"] = str(extender_port)
     procs = [
         subprocess.Popen(
