@@ -34,6 +34,18 @@ POD_FEATURE_SCHEMA_VERSION: Final = 1
 WINDOW_S: Final = 10.0
 """The window a pod's counts are summed over before its features are computed (training and serving)."""
 
+LLC_OCCUPANCY: Final = "llc_occupancy"
+"""resctrl's per-group reading, in a cgroup's counters when the node agent monitors it: LLC bytes held now."""
+MBM_TOTAL_BYTES: Final = "mbm_total_bytes"
+"""resctrl's per-group reading, in a cgroup's counters when the node agent monitors it: bytes moved to and from
+memory during the sample's interval."""
+NODE_LLC_BYTES: Final = "llc_bytes"
+"""NodeState.metrics: the node's last-level cache in bytes, the scale of its pods' ``llc_occupancy``."""
+NODE_MEMBW_PEAK: Final = "membw_peak_bytes_per_s"
+"""NodeState.metrics: the node's memory bandwidth as its operator stated it, the scale of ``mbm_total_bytes``."""
+MONITORED_MIN_SHARE: Final = 0.5
+"""A monitored reading counts for a pod's window when its samples with a number cover at least this share of it."""
+
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
 
@@ -114,6 +126,10 @@ class PodWindow:
     missing: tuple[str, ...]
     """Events asked for but absent or not counted in at least one sample of the window."""
     input_ts_ms: int
+    monitored: dict[str, float] = field(default_factory=dict)
+    """resctrl readings over the window, where the node agent sends them: ``llc_occupancy`` = mean bytes held,
+    ``mbm_total_bytes`` = bytes moved per second (each over the samples that had a number, when those cover at
+    least ``MONITORED_MIN_SHARE`` of the pod's window)."""
 
 
 @dataclass(slots=True)
@@ -121,6 +137,27 @@ class _Open:
     covered_ms: int = 0
     pods: dict[str, tuple[str, dict[str, float], set[str], int]] = field(default_factory=dict)
     """cgroup → (pod uid, summed counts, missing events, covered ms)."""
+    monitored: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """cgroup → {resctrl event: [value sum (occupancy weighted by ms), ms with a number]}."""
+
+
+def _add_monitored(acc: dict[str, list[float]], counters: Mapping[str, Any], interval_ms: int) -> None:
+    for event in (LLC_OCCUPANCY, MBM_TOTAL_BYTES):
+        counter = counters.get(event)
+        value = counter.get("value") if isinstance(counter, Mapping) else None
+        if value is None:
+            continue
+        slot = acc.setdefault(event, [0.0, 0.0])
+        slot[0] += float(value) * (interval_ms if event == LLC_OCCUPANCY else 1.0)
+        slot[1] += interval_ms
+
+
+def _monitored_of(acc: Mapping[str, list[float]], covered_ms: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for event, (total, ms) in acc.items():
+        if ms > 0 and ms >= MONITORED_MIN_SHARE * covered_ms:
+            out[event] = total / ms if event == LLC_OCCUPANCY else total / (ms / 1000.0)
+    return out
 
 
 class PodWindows:
@@ -169,8 +206,11 @@ class PodWindows:
             _, sums, missing, covered = entry
             missing.update(add_counts(sums, counters, self.events))
             win.pods[cgroup] = (uid, sums, missing, covered + interval_ms)
+            if LLC_OCCUPANCY in counters or MBM_TOTAL_BYTES in counters:
+                _add_monitored(win.monitored.setdefault(cgroup, {}), counters, interval_ms)
         if win.covered_ms < self.window_ms:
             return []
         del self._open[node]
-        return [PodWindow(node, cgroup, uid, ts_ms, covered, sums, tuple(sorted(missing)), input_ts_ms)
+        return [PodWindow(node, cgroup, uid, ts_ms, covered, sums, tuple(sorted(missing)), input_ts_ms,
+                          _monitored_of(win.monitored.get(cgroup, {}), covered))
                 for cgroup, (uid, sums, missing, covered) in win.pods.items()]

@@ -70,6 +70,7 @@ class LiveSource:
                 mem_util=s.mem_util,
                 cpu_freq_mhz=s.cpu_freq_mhz,
                 cgroups=s.cgroups or None,
+                metrics=s.metrics or None,
             )
         ]
 

@@ -22,12 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from featurelib.pod import EXTENDED_EVENTS
+from featurelib.pod import EXTENDED_EVENTS, NODE_LLC_BYTES, NODE_MEMBW_PEAK, pod_uid_of
 from services.node_agent import discovery
 from services.node_agent import perf_event as pe
 from services.node_agent.events import CACHE_EVENTS, HARDWARE_EVENTS, MEM_BANDWIDTH_BYTES, canonical_name
 from services.node_agent.nodestate import CounterDict, counted, without_number
 from services.node_agent.procfs import CpuUtil, cpu_freq_mhz, mem_util
+from services.node_agent.resctrl import ResctrlMonitor, ResctrlUnavailableError, llc_bytes
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class LiveSample:
     mem_util: float
     cpu_freq_mhz: float | None
     cgroups: dict[str, dict[str, CounterDict]] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def _close_all(fds: Sequence[int]) -> None:
@@ -217,6 +219,8 @@ class LiveSampler:
         cgroup_events: Sequence[str] = DEFAULT_CGROUP_EVENTS,
         cgroup_rescan_s: float = 10.0,
         record_freq: bool = True,
+        resctrl_root: str | None = None,
+        membw_peak_bytes_per_s: float | None = None,
     ) -> None:
         self.events = list(dict.fromkeys([*events, *raw_events]))
         self.sysfs_root = sysfs_root
@@ -231,6 +235,12 @@ class LiveSampler:
         self.cgroups: _Cgroups | None = None
         self._util: CpuUtil | None = None
         self.has_imc = False
+        self.resctrl_root = resctrl_root
+        self.resctrl: ResctrlMonitor | None = None
+        self.node_metrics: dict[str, float] = {}
+        if membw_peak_bytes_per_s is not None:
+            self.node_metrics[NODE_MEMBW_PEAK] = membw_peak_bytes_per_s
+        self._last_sample: float | None = None
 
     def open(self) -> None:
         self.pmus = discovery.discover(self.sysfs_root)
@@ -279,7 +289,22 @@ class LiveSampler:
             usable = [e for e in cg_events if canonical_name(e) in self.counters.groups]
             self.cgroups = _Cgroups(root, depth, limit, usable, rescan)
             self.cgroups.refresh(self.pmus, self.cpus, force=True)
+            self._open_resctrl(root)
         self._util = CpuUtil(self.proc_root)
+
+    def _open_resctrl(self, cgroup_root: str) -> None:
+        if not self.resctrl_root:
+            return
+        try:
+            self.resctrl = ResctrlMonitor(self.resctrl_root, cgroup_root)
+        except ResctrlUnavailableError as exc:
+            log.warning("per-pod LLC occupancy / memory traffic off: %s", exc)
+            return
+        size = llc_bytes(self.sysfs_root)
+        if size is not None:
+            self.node_metrics[NODE_LLC_BYTES] = float(size)
+        log.info("resctrl: monitoring %s per pod under %s (LLC %s bytes)", ", ".join(self.resctrl.events),
+                 self.resctrl_root, size if size is not None else "unknown")
 
     def sample(self) -> LiveSample:
         counters = self.counters.read()
@@ -291,6 +316,14 @@ class LiveSampler:
         if self.cgroups is not None:
             self.cgroups.refresh(self.pmus, self.cpus)
             cgroups = self.cgroups.read()
+        now = time.monotonic()
+        if self.resctrl is not None and self.cgroups is not None:
+            # pods only: a CPU has a few hundred monitoring ids, and the pod-pressure stage reads pods only
+            self.resctrl.sync(rel for rel in self.cgroups.sets if pod_uid_of(rel) is not None)
+            interval_ns = round((now - self._last_sample) * 1e9) if self._last_sample is not None else 0
+            for rel, readings in self.resctrl.read(interval_ns).items():
+                cgroups.setdefault(rel, {}).update(readings)
+        self._last_sample = now
         util = self._util.sample() if self._util is not None else None
         return LiveSample(
             counters=counters,
@@ -299,6 +332,7 @@ class LiveSampler:
             mem_util=mem_util(self.proc_root) or 0.0,
             cpu_freq_mhz=cpu_freq_mhz(self.sysfs_root, self.proc_root) if self.record_freq else None,
             cgroups=cgroups,
+            metrics=dict(self.node_metrics) if self.resctrl is not None else {},
         )
 
     def _bandwidth(self, counters: dict[str, CounterDict]) -> CounterDict:
@@ -313,3 +347,5 @@ class LiveSampler:
         self.counters.close()
         if self.cgroups is not None:
             self.cgroups.close()
+        if self.resctrl is not None:
+            self.resctrl.close()

@@ -40,6 +40,8 @@ def build_source(settings: NodeAgentSettings) -> Source:
         cgroup_max=settings.cgroup_max,
         cgroup_events=split_list(settings.cgroup_events) or DEFAULT_CGROUP_EVENTS,
         record_freq=settings.record_cpu_freq,
+        resctrl_root=settings.resctrl_root,
+        membw_peak_bytes_per_s=settings.membw_peak_gbps * 1e9 if settings.membw_peak_gbps is not None else None,
     )
     return LiveSource(settings.node, sampler)
 

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.runtime.settings import RuntimeSettings
@@ -50,6 +50,15 @@ class NodeAgentSettings(RuntimeSettings):
     cgroup_depth: int = Field(default=2, ge=1, le=8)
     cgroup_max: int = Field(default=64, ge=1, le=4096)
     cgroup_events: str = ""
+    resctrl_root: str | None = Field(
+        default=None,
+        description="resctrl mount (e.g. /sys/fs/resctrl): read each pod cgroup's LLC occupancy and memory traffic "
+        "through a monitoring group (Intel RDT CMT/MBM, AMD PQoS); needs cgroup_root",
+    )
+    membw_peak_gbps: float | None = Field(
+        default=None, gt=0.0, le=10_000.0,
+        description="This node's memory bandwidth in GB/s: the scale of its pods' memory-traffic readings",
+    )
     sysfs_root: str = "/sys"
     proc_root: str = "/proc"
     record_cpu_freq: bool = True
@@ -57,3 +66,11 @@ class NodeAgentSettings(RuntimeSettings):
     synthetic_seed: int = 0
     ground_truth_path: str | None = Field(default=None, description="Synthetic source: write ground truth JSONL here")
     validate_samples: bool = True
+
+    @model_validator(mode="after")
+    def _resctrl_needs_cgroups(self) -> NodeAgentSettings:
+        if self.resctrl_root and not self.cgroup_root:
+            raise ValueError(
+                "NODE_AGENT_RESCTRL_ROOT needs NODE_AGENT_CGROUP_ROOT (monitoring groups follow pod cgroups)"
+            )
+        return self

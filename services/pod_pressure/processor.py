@@ -2,7 +2,9 @@
 
 Per node it sums each pod's cgroup counts over 10 s of samples (``featurelib.pod.PodWindows``: the window the
 model was trained on); when a node's window closes, every pod in it gets a record keyed by the node. The model's
-inputs are ``featurelib.pod.pod_features`` of the summed counts, the function training computes.
+inputs are ``featurelib.pod.pod_features`` of the summed counts, the function training computes. Where the node
+agent also sends resctrl readings (a pod's LLC occupancy and memory traffic) and the node's scales, llc and membw
+come from them instead (``services/pod_pressure/monitored.py``).
 
 A pod gets an ``unknown`` record saying why, instead of pressures, when its cgroup lacked an event the model reads
 (``counters_missing``: a node agent with a narrower ``CGROUP_EVENTS`` than its default, or a PMU that cannot
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +33,7 @@ from contracts.models import PodPressure, PodPressureUnknownReason
 from contracts.topics import Topic
 from featurelib.pod import EXTENDED_EVENTS, WINDOW_S, PodWindow, PodWindows, pod_features
 from services.pod_pressure.model import PodPressureModel
+from services.pod_pressure.monitored import MONITORED, combine
 from services.pod_pressure.settings import PodPressureSettings
 from services.runtime.batch_stream import Batch, BatchStream, decoded_nodestates
 from services.runtime.model_watch import ModelWatcher, infer_rows
@@ -44,6 +48,10 @@ OUT_TOPIC = Topic.PODPRESSURE
 RECORDS = Counter("borg_pod_pressure_records_total", "Pod pressure records published by status and reason",
                   ["status", "reason"])
 DROPPED = Counter("borg_pod_pressure_dropped_pods_total", "Pods past POD_PRESSURE_MAX_PODS_PER_NODE in a window")
+SOURCES = Counter("borg_pod_pressure_monitored_total",
+                  "Answered pod windows by where their llc / membw came from (resctrl reading or the model)",
+                  ["resource", "source"])
+SCALE_METRICS = frozenset(metric for *_, metric in MONITORED)
 
 
 def unknown_reason(window: PodWindow) -> PodPressureUnknownReason | None:
@@ -113,6 +121,19 @@ class PodPressureProcessor:
         self.stream = BatchStream(service=SERVICE, settings=settings, sink=sink, topics=[IN_TOPIC],
                                   handle=self._handle)
         self.emitted = 0
+        self.scales: OrderedDict[str, dict[str, float]] = OrderedDict()
+        """node → the metrics that scale its pods' resctrl readings (its latest NodeState's)."""
+
+    def _remember_scales(self, node: str, metrics: Any) -> None:
+        if not isinstance(metrics, dict):
+            return
+        scale = {k: float(v) for k, v in metrics.items() if k in SCALE_METRICS}
+        if not scale:
+            return
+        self.scales.pop(node, None)
+        self.scales[node] = scale
+        while len(self.scales) > self.settings.max_nodes:
+            self.scales.popitem(last=False)
 
     async def _handle(self, batch: Batch) -> None:
         closed: list[tuple[Any, list[PodWindow]]] = []
@@ -120,6 +141,7 @@ class PodPressureProcessor:
             cgroups = state.get("cgroups") or {}
             if not cgroups and not self.windows.is_open(state["node"]):
                 continue
+            self._remember_scales(state["node"], state.get("metrics"))
             dropped = self.windows.dropped_pods
             done = self.windows.observe(state["node"], state["ts_ms"], state["interval_ms"], cgroups,
                                         input_ts_ms=int(event.message.timestamp))
@@ -133,7 +155,13 @@ class PodPressureProcessor:
     async def publish(self, closed: Sequence[tuple[Any, list[PodWindow]]]) -> None:
         model = self.models.current
         flat = [w for _, windows in closed for w in windows]
-        results = assess(flat, model)
+        assessed = assess(flat, model)
+        combined = combine(flat, [pressures for *_, pressures in assessed], self.scales,
+                           self.settings.monitored_saturated_at)
+        results = [(reason, features, c.pressures) for (reason, features, _), c in zip(assessed, combined, strict=True)]
+        for c in combined:
+            for resource, source in c.sources.items():
+                SOURCES.labels(resource, source).inc()
         start = 0
         for event, windows in closed:
             mine, start = results[start:start + len(windows)], start + len(windows)

@@ -28,3 +28,8 @@ class PodPressureSettings(StreamSettings):
                                    description="pods estimated per node and window; more are dropped (counted)")
     max_nodes: int = Field(default=10_000, ge=1, le=1_000_000,
                            description="nodes with an open window held at once; the longest idle is forgotten")
+    monitored_saturated_at: float = Field(
+        default=0.9, gt=0.0, le=10.0,
+        description="a node's resctrl readings of one resource summing to this share of it count as saturated: "
+        "its pods' pressures are then the larger of reading and model estimate (services/pod_pressure/monitored.py)",
+    )

@@ -97,15 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdt-noise", type=float, default=0.1, metavar="S",
                    help="--pod-estimates rdt: log-normal spread of each LLC-occupancy and memory-bandwidth reading "
                         "(default 0.1)")
-    p.add_argument("--rdt-reading", choices=("once", "unsaturated", "rescaled"), default="once",
+    p.add_argument("--rdt-reading", choices=("once", "unsaturated", "rescaled", "window"), default="once",
                    help="--pod-estimates rdt: a pod's llc and membw = its first reading, kept (once), or re-read every "
                         "window and taken while its node's readings sum below --rdt-saturated-at, else the larger of "
                         "its highest reading and the counters' estimate (unsaturated; one noise factor per pod), or "
                         "as unsaturated with a share on a saturated node scaled by the oversubscription its calm-read "
-                        "co-residents show (rescaled)")
+                        "co-residents show (rescaled), or the latest window's reading while calm, else the larger of "
+                        "it and the counters' estimate (window: what the pod-pressure stage does)")
     p.add_argument("--rdt-saturated-at", type=float, default=0.9, metavar="F",
-                   help="--rdt-reading unsaturated or rescaled: a node whose readings of a resource sum to this or "
-                        "more is taken as saturated in it (default 0.9)")
+                   help="--rdt-reading unsaturated, rescaled or window: a node whose readings of a resource sum to "
+                        "this or more is taken as saturated in it (default 0.9)")
     p.add_argument("--victims", choices=("predicted", "cpi"), default="predicted",
                    help="orchestrator moves with --pod-estimates counters: find slowed pods from the estimated "
                         "pressures (predicted) or from each pod's IPC against its job's other pods (cpi, as CPI²)")

@@ -248,10 +248,14 @@ class MonitoredEstimator(CounterEstimator):
     ``unsaturated``, and a pod never read calm but read on a saturated node beside residents that were read calm
     takes its reading times the node's oversubscription estimated from them (their calm demand over their share
     now): a proportional share, as :func:`monitored_readings` models it, scales every resident's reading alike.
+    ``window`` — what the ``pod-pressure`` stage does with resctrl readings (``services/pod_pressure/monitored.py``):
+    stateless, a pod's llc and membw are its latest window's reading while its node's readings sum below
+    ``saturated_at``, else the larger of that reading and the counter regressor's estimate.
     """
 
     def __init__(self, train_kinds: Sequence[str], seed: int, noise: float, pods: int = 8000,
-                 reading: Literal["once", "unsaturated", "rescaled"] = "once", saturated_at: float = 0.9) -> None:
+                 reading: Literal["once", "unsaturated", "rescaled", "window"] = "once",
+                 saturated_at: float = 0.9) -> None:
         if noise < 0:
             raise ValueError(f"monitoring noise must be >= 0, got {noise}")
         if not 0.0 < saturated_at <= 1.0:
@@ -268,10 +272,12 @@ class MonitoredEstimator(CounterEstimator):
         self._counted: dict[int, np.ndarray] = {}
         self._scaled_sum: dict[int, np.ndarray] = {}
         self._scaled_n: dict[int, np.ndarray] = {}
+        self._latest: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """``window``: a pod's latest reading and whether its node was calm in each resource then."""
 
     @property
     def rereads(self) -> bool:
-        return self.reading in ("unsaturated", "rescaled")
+        return self.reading in ("unsaturated", "rescaled", "window")
 
     def estimate(self, node: int, residents: Sequence[Arrival],
                  which: Sequence[int]) -> list[tuple[float, float, float, float]]:
@@ -300,6 +306,9 @@ class MonitoredEstimator(CounterEstimator):
         zero = np.zeros(len(MONITORED))
         for k in which:
             tid = residents[k].task_id
+            if self.reading == "window":
+                self._latest[tid] = (read[k].copy(), calm.copy())
+                continue
             self._calm_sum[tid] = self._calm_sum.get(tid, zero) + np.where(calm, read[k], 0.0)
             self._calm_n[tid] = self._calm_n.get(tid, zero) + calm
             self._highest[tid] = np.maximum(self._highest.get(tid, zero), read[k])
@@ -328,6 +337,13 @@ class MonitoredEstimator(CounterEstimator):
         """llc and membw of a pod from its readings so far (``reading`` unsaturated or rescaled: the class
         docstring)."""
         zero = np.zeros(len(MONITORED))
+        if self.reading == "window":
+            counted = self._counted.get(task_id, zero)
+            latest = self._latest.get(task_id)
+            if latest is None:
+                return np.asarray(counted)
+            read, node_calm = latest
+            return np.asarray(np.where(node_calm, read, np.maximum(read, counted)))
         n = self._calm_n.get(task_id, zero)
         calm = self._calm_sum.get(task_id, zero) / np.maximum(n, 1.0)
         bound = np.maximum(self._highest.get(task_id, zero), self._counted.get(task_id, zero))

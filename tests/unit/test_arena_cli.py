@@ -96,7 +96,8 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
             ("m", ["--rdt-noise", "0.05"], {"rdt_noise": 0.05, "rdt_reading": "once", "rdt_saturated_at": None}),
             ("mr", ["--rdt-reading", "unsaturated", "--rdt-saturated-at", "0.8"],  # re-read, kept while calm
              {"rdt_noise": 0.1, "rdt_reading": "unsaturated", "rdt_saturated_at": 0.8}),
-            ("mx", ["--rdt-reading", "rescaled"], {"rdt_reading": "rescaled", "rdt_saturated_at": 0.9})):
+            ("mx", ["--rdt-reading", "rescaled"], {"rdt_reading": "rescaled", "rdt_saturated_at": 0.9}),
+            ("mw", ["--rdt-reading", "window"], {"rdt_reading": "window", "rdt_saturated_at": 0.9})):
         monitored = tmp_path / name  # llc and membw from per-cgroup resource monitoring, the rest from counters
         assert eval_arena(["--policies", "orchestrator", "--synthetic", "30", "--nodes", "3", "--horizon-s", "300",
                            "--seed", "2", "-q", "--extender-inputs", "none", "--extender-corunner-weight", "1",

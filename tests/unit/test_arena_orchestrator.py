@@ -350,6 +350,27 @@ def test_rereading_takes_a_pods_demand_from_windows_its_node_was_not_saturated_e
         MonitoredEstimator(kinds, seed=3, noise=0.1, pods=400, reading="unsaturated", saturated_at=0.0)
 
 
+def test_window_reading_is_the_latest_window_while_calm_else_at_least_the_counters_estimate() -> None:
+    """``--rdt-reading window``: the pod-pressure stage's rule, no memory of earlier windows."""
+    kinds = ["crypto", "kv_cache", "stream_triad", "php_app"]
+
+    def pod(i: int, kind: str) -> Arrival:
+        return Arrival(i, i, 0.0, 100.0, 0.1, 0.02, True, kind, "x", 1.0)
+
+    c, d = pod(3, "spmv"), pod(4, "stream_triad")  # llc 0.45 + 0.4 (calm), membw 0.85 + 0.9 (saturated)
+    est = MonitoredEstimator(kinds, seed=3, noise=0.0, pods=400, reading="window")
+    plain = CounterEstimator(kinds, seed=3, pods=400)
+    est.observe([c], [0])  # alone: calm in both
+    assert est.monitored(3) == pytest.approx((0.45, 0.85))
+    est.observe([c, d], [0, 1])  # membw saturated: this window's share or the counters', not the calm 0.85 kept
+    got, counted = est.estimate(0, [c, d], [0])[0], plain.estimate(0, [c, d], [0])[0]
+    assert got[0] == pytest.approx(0.45) and got[2:] == counted[2:]
+    assert got[1] == pytest.approx(max(0.85 / 1.75, counted[1]))
+    est.observe([c], [0])  # calm again: the reading alone, whatever the counters said
+    assert est.refined(3, got) == pytest.approx((0.45, 0.85, got[2], got[3]))
+    assert est.monitored(9).tolist() == [0.0, 0.0]  # never read, never estimated
+
+
 def test_rescaling_scales_a_share_by_the_oversubscription_its_calm_read_co_residents_show() -> None:
     kinds = ["crypto", "kv_cache", "stream_triad", "php_app"]
 
