@@ -86,6 +86,7 @@ class ResctrlMonitor:
             )
         self.groups: dict[str, Path] = {}
         self._totals: dict[str, int] = {}
+        self._refused: set[str] = set()
         self.moved_threads = 0
         try:
             leftovers = [p for p in self._mon_groups().iterdir() if p.name.startswith(GROUP_PREFIX)]
@@ -103,14 +104,21 @@ class ResctrlMonitor:
         self._remove(self.groups.pop(c) for c in gone)
         for c in gone:
             self._totals.pop(c, None)
+        if gone:  # monitoring ids were freed: the pods refused one may get one now
+            self._refused.clear()
+        self._refused &= wanted
         for cgroup in sorted(wanted):
             group = self.groups.get(cgroup)
             if group is None:
+                if cgroup in self._refused:
+                    continue
                 group = self._mon_groups() / group_name(cgroup)
                 try:
                     group.mkdir(exist_ok=True)
                 except OSError as exc:  # ENOSPC: the CPU has run out of monitoring ids (RMIDs)
-                    log.warning("resctrl: no monitoring group for %s (%s)", cgroup, exc.strerror or exc)
+                    log.warning("resctrl: no monitoring group for %s (%s); retried when another pod's group goes",
+                                cgroup, exc.strerror or exc)
+                    self._refused.add(cgroup)
                     continue
                 self.groups[cgroup] = group
             self._move(group, _threads(self.cgroup_root / cgroup))

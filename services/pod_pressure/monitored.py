@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from featurelib.pod import LLC_OCCUPANCY, MBM_TOTAL_BYTES, NODE_LLC_BYTES, NODE_MEMBW_PEAK, PodWindow
+from services.pod_pressure.model import RESOURCES
 
-MONITORED: Final = (("llc", 0, LLC_OCCUPANCY, NODE_LLC_BYTES), ("membw", 1, MBM_TOTAL_BYTES, NODE_MEMBW_PEAK))
+MONITORED: Final = (("llc", RESOURCES.index("llc"), LLC_OCCUPANCY, NODE_LLC_BYTES),
+                    ("membw", RESOURCES.index("membw"), MBM_TOTAL_BYTES, NODE_MEMBW_PEAK))
 """(resource, its index in the model's pressures, the pod's reading, the node metric that scales it)."""
 Source = Literal["reading", "reading_or_model", "model"]
 
