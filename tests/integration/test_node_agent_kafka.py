@@ -12,8 +12,10 @@ import pytest
 
 from contracts import NodeState, decode
 from contracts.headers import header
+from featurelib.pod import LLC_OCCUPANCY, MBM_TOTAL_BYTES, NODE_LLC_BYTES, NODE_MEMBW_PEAK
 from services.node_agent.main import build_agent
 from services.node_agent.publish import partition_for
+from services.node_agent.resctrl import group_name, llc_bytes
 from services.node_agent.settings import NodeAgentSettings
 from tests.conftest import ROOT, wait_until
 from tests.kafka_helpers import consume
@@ -47,6 +49,53 @@ async def test_live_agent_publishes_keyed_valid_nodestate(
     assert len(set(seqs)) == len(seqs)
     assert all(s.counters["task-clock"].value is not None for s in states)
     assert states[0].source in ("software", "perf_event")
+
+
+async def test_live_agent_sends_each_pods_resctrl_readings_and_the_nodes_scales(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resctrl tree laid out as the kernel's (this VM has no monitoring): the agent makes the pod's group and moves
+    its threads in; the test, standing in for the kernel, fills the group's readings; they reach the broker inside
+    the pod's cgroup counters, the node's LLC size and stated bandwidth in its metrics."""
+    pod = "kubepods/burstable/pod0f6c1a2b-1234-4abc-9def-0123456789ab"
+    container = tmp_path / "cgroup" / pod / "cri-containerd-1"
+    container.mkdir(parents=True)
+    (container / "cgroup.threads").write_text("4242\n4243\n")
+    resctrl = tmp_path / "resctrl"
+    (resctrl / "info" / "L3_MON").mkdir(parents=True)
+    (resctrl / "info" / "L3_MON" / "mon_features").write_text("llc_occupancy\nmbm_total_bytes\n")
+    (resctrl / "mon_groups").mkdir()
+    for name, value in (("NODE", "it-node-rdt"), ("INTERVAL_S", "0.1"), ("SPOOL_DIR", str(tmp_path / "spool")),
+                        ("CGROUP_ROOT", str(tmp_path / "cgroup")), ("CGROUP_DEPTH", "3"),
+                        ("RESCTRL_ROOT", str(resctrl)), ("MEMBW_PEAK_GBPS", "20")):
+        monkeypatch.setenv(f"NODE_AGENT_{name}", value)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.setenv("BORG_TOPIC_PREFIX", topic_prefix)
+    group = resctrl / "mon_groups" / group_name(pod)
+    agent = build_agent(NodeAgentSettings())
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        await wait_until(lambda: (group / "tasks").exists(), timeout=30, what="the pod's monitoring group")
+        domain = group / "mon_data" / "mon_L3_00"
+        domain.mkdir(parents=True)
+        (domain / "llc_occupancy").write_text("4096\n")
+        (domain / "mbm_total_bytes").write_text("1000\n")
+        await wait_until(lambda: agent.shipper.delivered >= 8, timeout=30, what="8 NodeState delivered")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=15)
+    assert sorted(int(t) for t in (group / "tasks").read_text().split()) == [4242, 4243]
+    records = await consume(kafka_bootstrap, f"{topic_prefix}nodestate.v1", agent.shipper.delivered)
+    states = [decode(NodeState, r.value) for r in records]
+    read = [s.cgroups[pod] for s in states if pod in s.cgroups and s.cgroups[pod][LLC_OCCUPANCY].value is not None]
+    assert read, [s.cgroups for s in states]
+    assert {c[LLC_OCCUPANCY].value for c in read} == {4096.0}
+    # the running total stood still: bytes moved per interval 0, after the first reading that has nothing to subtract
+    assert [c[MBM_TOTAL_BYTES].value for c in read][1:] and all(c[MBM_TOTAL_BYTES].value == 0.0 for c in read[1:])
+    size = llc_bytes("/sys")
+    expected = {NODE_MEMBW_PEAK: 20e9, **({NODE_LLC_BYTES: float(size)} if size is not None else {})}
+    assert all(s.metrics == expected for s in states)
 
 
 async def test_serve_node_agent_process(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
