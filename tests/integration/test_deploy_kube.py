@@ -36,7 +36,7 @@ DEPLOY = ROOT / "deploy"
 KUBE_SH = ROOT / "infra" / "kube" / "kube.sh"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
 OPTIONAL_COMPONENTS = ["node-agent-sys-admin", "node-agent-unprivileged", "referee-apply", "extender-learned-shadow",
-                       "extender-corunner", "agent-interference", "node-agent-per-pod"]
+                       "extender-corunner", "agent-interference", "node-agent-per-pod", "node-agent-resctrl"]
 SCHEDULER_CONFIG = DEPLOY / "scheduler-extender" / "kube-scheduler-config.yaml"
 NAMESPACES = ("borg-system", "borg-node")
 POLICY = "borg-node-agent-least-privilege"
@@ -211,11 +211,16 @@ def test_optional_component_is_accepted_by_the_api_server(
     spec = agent["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
     host_paths = [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v]
-    if component == "node-agent-per-pod":
-        assert host_paths == ["/sys/fs/cgroup"]
+    if component in ("node-agent-per-pod", "node-agent-resctrl"):
+        resctrl = component == "node-agent-resctrl"
+        assert host_paths == ["/sys/fs/cgroup", *(["/sys/fs/resctrl"] if resctrl else [])]
         (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "host-cgroup"]
         assert mount["readOnly"] is True
         assert env["NODE_AGENT_CGROUP_ROOT"].startswith(mount["mountPath"] + "/")
+        writable = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "host-resctrl"]
+        assert [(m["mountPath"], m.get("readOnly", False)) for m in writable] == (
+            [("/host/resctrl", False)] if resctrl else [])
+        assert env.get("NODE_AGENT_RESCTRL_ROOT") == ("/host/resctrl" if resctrl else None)
     else:
         assert (host_paths, env.get("NODE_AGENT_CGROUP_ROOT")) == ([], None)
 
@@ -313,10 +318,12 @@ def test_node_agent_policy_admits_the_daemonset_pod_and_nothing_wider(
         assert denied_marker in result.stderr, f"{what} was not denied by the policy: {result.stderr}"
 
 
-def test_per_pod_component_policy_admits_its_cgroup_mount_and_no_other_host_path(
-    kube: Kube, namespaces: None, tmp_path: Path
+@pytest.mark.parametrize("component", ["node-agent-per-pod", "node-agent-resctrl"])
+def test_per_pod_component_policy_admits_its_host_mounts_and_no_other_host_path(
+    kube: Kube, namespaces: None, tmp_path: Path, component: str
 ) -> None:
-    """components/node-agent-per-pod widens the policy by exactly one read-only hostPath.
+    """components/node-agent-per-pod widens the policy by exactly one read-only hostPath;
+    components/node-agent-resctrl (which includes it) by that and a writable /sys/fs/resctrl.
 
     Its policy is applied for real under another name, bound to a namespace of its own, so the base
     policy the other tests apply (same name, bound to borg-node) is left as it is.
@@ -326,9 +333,9 @@ def test_per_pod_component_policy_admits_its_cgroup_mount_and_no_other_host_path
     rel = os.path.relpath(DEPLOY, overlay)
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [f"{rel}/base"],
-        "components": [f"{rel}/components/kafka-in-cluster", f"{rel}/components/node-agent-per-pod"]}))
+        "components": [f"{rel}/components/kafka-in-cluster", f"{rel}/components/{component}"]}))
     docs = render(kube, overlay)
-    name, namespace = "borg-node-agent-per-pod-check", "borg-node-per-pod-check"
+    name, namespace = f"borg-{component}-check", f"borg-{component.removeprefix('node-agent-')}-check"
     mine = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy") and d["metadata"]["name"] == POLICY]
     (policy,) = [d for d in mine if d["kind"] == "ValidatingAdmissionPolicy"]
     (binding,) = [d for d in mine if d["kind"] == "ValidatingAdmissionPolicyBinding"]
@@ -339,16 +346,21 @@ def test_per_pod_component_policy_admits_its_cgroup_mount_and_no_other_host_path
     kube.ok("apply", "-f", "-", stdin=yaml.safe_dump_all([ns, policy, binding]))
     try:
         (agent,) = [d for d in docs if d["kind"] == "DaemonSet"]
-        pod = pod_from(agent, "deploy-check-node-agent-per-pod")
+        pod = pod_from(agent, f"deploy-check-{component}")
         pod["metadata"]["namespace"] = namespace
         denied_marker = admitted_once_enforced(kube, pod, name)
         cgroup = next(i for i, v in enumerate(pod["spec"]["volumes"]) if "hostPath" in v)
         mounts = pod["spec"]["containers"][0]["volumeMounts"]
         mount = next(i for i, m in enumerate(mounts) if m["name"] == "host-cgroup")
+        host = [v.get("hostPath", {}).get("path") for v in pod["spec"]["volumes"]]
+        assert ("/sys/fs/resctrl" in host) == (component == "node-agent-resctrl")
+        elsewhere = {"all of /sys writable in resctrl's place": [
+            (f"volumes.{host.index('/sys/fs/resctrl')}.hostPath.path", "/sys")]} if "/sys/fs/resctrl" in host else {}
         for what, changes in {
             **WIDENINGS,
             "another hostPath": [(f"volumes.{cgroup}.hostPath.path", "/var/run")],
             "the cgroup tree writable": [(f"containers.0.volumeMounts.{mount}.readOnly", False)],
+            **elsewhere,
         }.items():
             if what == "hostPath":
                 continue  # /sys/kernel/debug in place of the emptyDir: covered by "another hostPath"
