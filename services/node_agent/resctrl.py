@@ -15,7 +15,9 @@ of an existing process follow by inheritance; new processes must be moved), and 
 * ``mbm_total_bytes`` — bytes moved during the interval (the delta of the running total; the first read of a
   group, or a total that went backwards, has no number: ``not_counted``).
 
-A domain answering ``Unavailable`` or ``Error`` (the kernel's words for a reading it has not got) makes that
+Groups are made under the default control group: a thread the runtime put in another control group (an
+allocation class, e.g. containerd's RDT class) cannot join them and is left out (logged at debug level). A domain
+answering ``Unavailable`` or ``Error`` (the kernel's words for a reading it has not got) makes that
 event ``not_counted`` for the sample: numbers are never invented. Groups whose cgroup went away are removed, and
 so are ``borg-`` groups a previous run left behind (the kernel keeps them until rmdir).
 """
