@@ -23,6 +23,7 @@ from contracts.base import Contract
 from contracts.models import PodPressure
 from contracts.topics import Topic
 from featurelib.pod import BASIC_EVENTS, LLC_OCCUPANCY, MBM_TOTAL_BYTES, NODE_LLC_BYTES, NODE_MEMBW_PEAK
+from services.node_agent.nodestate import counted, without_number
 from simulator.arena.world import ArenaCluster
 from tests.integration.test_stream_pipeline import collector, running, spawn, wait_ready
 from tests.kafka_helpers import produce_contracts
@@ -53,19 +54,12 @@ def node_states(now_ms: int) -> tuple[list[tuple[str, Contract]], dict[str, tupl
         states[3]["cgroups"] = cluster.cgroup_dicts(3, 1.0)
         for cgroup, counters in states[3]["cgroups"].items():
             llc, membw = next(v for uid, v in RDT_PODS.items() if uid in cgroup)
-            counters[LLC_OCCUPANCY] = counted(llc * LLC_BYTES)
-            counters[MBM_TOTAL_BYTES] = counted(membw * PEAK_BYTES_PER_S) if k else not_counted()
+            counters[LLC_OCCUPANCY] = counted(llc * LLC_BYTES, enabled_ns=10**9)
+            counters[MBM_TOTAL_BYTES] = (counted(membw * PEAK_BYTES_PER_S, enabled_ns=10**9) if k
+                                         else without_number("not_counted", enabled_ns=10**9))
         states[3]["metrics"] = {NODE_LLC_BYTES: float(LLC_BYTES), NODE_MEMBW_PEAK: PEAK_BYTES_PER_S}
         out += [(s["node"], NodeState.model_validate(s)) for s in states]
     return out, cluster.pod_pressures(0)
-
-
-def counted(value: float) -> dict[str, object]:
-    return {"raw": value, "value": value, "enabled_ns": 10**9, "running_ns": 10**9, "status": "counted"}
-
-
-def not_counted() -> dict[str, object]:
-    return {"raw": None, "value": None, "enabled_ns": 10**9, "running_ns": 0, "status": "not_counted"}
 
 
 async def test_pod_pressure_stage_estimates_each_pod_and_says_why_when_it_cannot(

@@ -14,6 +14,7 @@ from featurelib.pod import (
     PodWindow,
     PodWindows,
 )
+from services.node_agent.nodestate import counted, without_number
 from services.pod_pressure.monitored import combine, reading
 
 A = "kubepods/pod0f6c1a2b-1234-4abc-9def-0123456789ab"
@@ -22,9 +23,7 @@ MIB = 2**20
 
 
 def counter(value: float | None) -> dict[str, object]:
-    if value is None:
-        return {"raw": None, "value": None, "enabled_ns": 10**9, "running_ns": 0, "status": "not_counted"}
-    return {"raw": value, "value": value, "enabled_ns": 10**9, "running_ns": 10**9, "status": "counted"}
+    return without_number("not_counted", enabled_ns=10**9) if value is None else counted(value, enabled_ns=10**9)
 
 
 def test_a_window_holds_the_mean_occupancy_and_the_traffic_per_second_over_samples_with_a_number() -> None:
