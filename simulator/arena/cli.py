@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="orchestrator moves: move only pods that are not latency-sensitive")
     p.add_argument("--move-margin", type=float, default=0.0,
                    help="orchestrator moves: act only when an estimated slowdown exceeds 1.25 + this")
+    p.add_argument("--move-slo-slowdown", type=float, default=1.25, metavar="X",
+                   help="orchestrator moves: the rule's threshold, a latency-sensitive pod's estimated slowdown may "
+                        "not exceed X (default 1.25 = the arena's SLO; lower = a guard band against estimate error; "
+                        "live: AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN)")
     p.add_argument("--move-min-age-s", type=float, default=10.0,
                    help="orchestrator moves: a pod is moved only after running this long (its counters' window)")
     p.add_argument("--forecast-model", type=Path, default=ROOT / "models" / "forecast",
@@ -217,7 +221,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         print("eval arena: --pod-pressure-noise must be >= 0", file=sys.stderr)
         return 2
     try:
-        moves = (MoveSettings(min_age_s=args.move_min_age_s, batch_only=args.move_batch_only, margin=args.move_margin,
+        moves = (MoveSettings(slo_slowdown=args.move_slo_slowdown, min_age_s=args.move_min_age_s, batch_only=args.move_batch_only, margin=args.move_margin,
                               attribute=args.cpi_clearance is not None)
                  if args.orchestrator_moves else None)
     except ValueError as exc:
@@ -398,7 +402,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                                 "pod_estimates_job_prior": args.pod_estimates_job_prior,
                                 "pod_pressure_noise": args.pod_pressure_noise,
                                 "move_min_age_s": args.move_min_age_s, "move_batch_only": args.move_batch_only,
-                                "move_margin": args.move_margin},
+                                "move_margin": args.move_margin, "move_slo_slowdown": args.move_slo_slowdown},
                "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary,
                "forecast": forecasts}
     doc = {"machine": machine(), "results": results, "details": details}

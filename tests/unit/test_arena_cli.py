@@ -97,7 +97,9 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
             ("mr", ["--rdt-reading", "unsaturated", "--rdt-saturated-at", "0.8"],  # re-read, kept while calm
              {"rdt_noise": 0.1, "rdt_reading": "unsaturated", "rdt_saturated_at": 0.8}),
             ("mx", ["--rdt-reading", "rescaled"], {"rdt_reading": "rescaled", "rdt_saturated_at": 0.9}),
-            ("mw", ["--rdt-reading", "window"], {"rdt_reading": "window", "rdt_saturated_at": 0.9})):
+            ("mw", ["--rdt-reading", "window"], {"rdt_reading": "window", "rdt_saturated_at": 0.9}),
+            ("ma", ["--rdt-reading", "window", "--move-slo-slowdown", "1.2"],  # the rule acts below the SLO
+             {"rdt_reading": "window", "move_slo_slowdown": 1.2})):
         monitored = tmp_path / name  # llc and membw from per-cgroup resource monitoring, the rest from counters
         assert eval_arena(["--policies", "orchestrator", "--synthetic", "30", "--nodes", "3", "--horizon-s", "300",
                            "--seed", "2", "-q", "--extender-inputs", "none", "--extender-corunner-weight", "1",
@@ -118,6 +120,9 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
     assert eval_arena(["--synthetic", "10", "--orchestrator-moves", "--move-margin", "-1", "--out",
                        str(tmp_path / "z")]) == 2
     assert "move setting margin must be >= 0" in capsys.readouterr().err
+    assert eval_arena(["--synthetic", "10", "--orchestrator-moves", "--move-slo-slowdown", "1", "--out",
+                       str(tmp_path / "zs")]) == 2
+    assert "move setting slo_slowdown must be > 1, got 1.0" in capsys.readouterr().err
     assert eval_arena(["--synthetic", "10", "--orchestrator-load-term", "--out", str(tmp_path / "w")]) == 2
     assert "--orchestrator-load-term needs --extender-corunner-weight" in capsys.readouterr().err
 
