@@ -221,7 +221,8 @@ def run(args: argparse.Namespace, command: str) -> int:
         print("eval arena: --pod-pressure-noise must be >= 0", file=sys.stderr)
         return 2
     try:
-        moves = (MoveSettings(slo_slowdown=args.move_slo_slowdown, min_age_s=args.move_min_age_s, batch_only=args.move_batch_only, margin=args.move_margin,
+        moves = (MoveSettings(slo_slowdown=args.move_slo_slowdown, min_age_s=args.move_min_age_s,
+                              batch_only=args.move_batch_only, margin=args.move_margin,
                               attribute=args.cpi_clearance is not None)
                  if args.orchestrator_moves else None)
     except ValueError as exc:
