@@ -58,6 +58,7 @@ def scoring_config(s: ExtenderSettings) -> ScoringConfig:
         forecast_staleness_ms=int(s.forecast_staleness_s * 1000),
         weight_corunner=s.weight_corunner,
         score_confidence=s.score_confidence,
+        corunner_slo_slowdown=s.corunner_slo_slowdown,
         latency_sensitive_classes=tuple(s.latency_sensitive_classes),
     )
 

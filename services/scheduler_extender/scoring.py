@@ -80,6 +80,8 @@ class ScoringConfig:
     weight_corunner: float = 0.0
     score_confidence: float = 0.0
     latency_sensitive_classes: tuple[str, ...] = ("frontend_bound", "llc_sensitive")
+    corunner_slo_slowdown: float = 1.25
+    """The load term counts a latency-sensitive pod pushed over this (the SLO, or a guard band below it)."""
 
     def __post_init__(self) -> None:
         if self.max_slowdown <= 1.0:
@@ -92,6 +94,8 @@ class ScoringConfig:
             raise ValueError("weight_corunner must be in [0, 1]")
         if not 0.0 <= self.score_confidence <= 1.0:
             raise ValueError("score_confidence must be in [0, 1]")
+        if self.corunner_slo_slowdown <= 1.0:
+            raise ValueError("corunner_slo_slowdown must be > 1")
         unknown = [c for c in self.latency_sensitive_classes if c not in CLASS_INDEX]
         if unknown:
             raise ValueError(f"latency_sensitive_classes: unknown class(es) {unknown}; known: {WORKLOAD_CLASSES}")
@@ -478,8 +482,8 @@ def load_penalties(residents: Sequence[Resident], cfg: ScoringConfig) -> tuple[f
     (``CLASS_PRESSURE_GUESS``: the pod being placed has not run yet) among ``residents``, over
     ``max_slowdown - 1`` — what the offline orchestrator's load term scores (``simulator/arena/orchestrator.py``)."""
     sensitive = frozenset(CLASS_INDEX[c] for c in cfg.latency_sensitive_classes)
-    return tuple(min(1.0, max(0.0, load_harm(ci, CLASS_PRESSURE_GUESS[ci], ci in sensitive, residents)
-                              / (cfg.max_slowdown - 1.0)))
+    return tuple(min(1.0, max(0.0, load_harm(ci, CLASS_PRESSURE_GUESS[ci], ci in sensitive, residents,
+                                             cfg.corunner_slo_slowdown) / (cfg.max_slowdown - 1.0)))
                  for ci in range(len(WORKLOAD_CLASSES)))
 
 

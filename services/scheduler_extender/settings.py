@@ -85,6 +85,12 @@ class ExtenderSettings(RuntimeSettings):
         default=("frontend_bound", "llc_sensitive"),
         description="Classes whose slowdown the co-runner term counts (the ones with an SLO)",
     )
+    corunner_slo_slowdown: float = Field(
+        default=1.25,
+        gt=1.0,
+        description="The load term counts a latency-sensitive pod pushed over this slowdown (the SLO, or a "
+        "guard band below it; docs/arena.md)",
+    )
 
     # Workload class of the pod.
     class_key: str = Field(default=DEFAULT_CLASS_KEY, description="Pod label (then annotation) naming the class")

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the service's default)")
     p.add_argument("--extender-corunner-weight", type=float, default=0.0,
                    help="weight 0-1 of the extender's co-runner term (EXTENDER_WEIGHT_CORUNNER; 0 = off)")
+    p.add_argument("--extender-corunner-slo-slowdown", type=float, default=1.25, metavar="X",
+                   help="the load term counts a latency-sensitive pod pushed over X (EXTENDER_CORUNNER_SLO_SLOWDOWN; "
+                        "default 1.25 = the arena's SLO; lower = a guard band)")
     p.add_argument("--extender-score-confidence", type=float, default=0.0,
                    help="regime confidence below which the extender scores the slowdown as unknown "
                         "(EXTENDER_SCORE_CONFIDENCE; 0 = trust every answer)")
@@ -384,6 +387,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                "extender_unknown_penalty": args.extender_unknown_penalty,
                "extender_corunner_weight": args.extender_corunner_weight,
                "extender_score_confidence": args.extender_score_confidence,
+               "extender_corunner_slo_slowdown": args.extender_corunner_slo_slowdown,
                "extender_weight_slowdown": args.extender_weight_slowdown, "kinds": args.kinds,
                "extender_inputs": args.extender_inputs, "regime_basis": args.regime_basis,
                "pod_regime_model_version": pod_model.version if pod_model is not None else None,
@@ -429,6 +433,7 @@ def _scoring_config(args: argparse.Namespace) -> ScoringConfig:
     default = ScoringConfig()
     return ScoringConfig(
         weight_corunner=args.extender_corunner_weight, score_confidence=args.extender_score_confidence,
+        corunner_slo_slowdown=args.extender_corunner_slo_slowdown,
         unknown_penalty=(default.unknown_penalty if args.extender_unknown_penalty is None
                          else args.extender_unknown_penalty),
         weight_slowdown=(default.weight_slowdown if args.extender_weight_slowdown is None

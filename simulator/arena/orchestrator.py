@@ -580,7 +580,7 @@ class OrchestratorPolicy:
             residents = [(int(k), est.of(tid, WORKLOAD_CLASSES[int(k)]), bool(sensitive))
                          for k, tid, sensitive in zip(view.classes[i].tolist(), view.task_ids[i],
                                               view.latency_sensitive[i].tolist(), strict=True)]
-            harm = load_harm(c, mine, ls, residents)
+            harm = load_harm(c, mine, ls, residents, cfg.corunner_slo_slowdown)
             return score_with_penalty(cards[i], c, harm / (cfg.max_slowdown - 1.0), cfg)
 
         return node_score

@@ -98,7 +98,8 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
              {"rdt_noise": 0.1, "rdt_reading": "unsaturated", "rdt_saturated_at": 0.8}),
             ("mx", ["--rdt-reading", "rescaled"], {"rdt_reading": "rescaled", "rdt_saturated_at": 0.9}),
             ("mw", ["--rdt-reading", "window"], {"rdt_reading": "window", "rdt_saturated_at": 0.9}),
-            ("ma", ["--rdt-reading", "window", "--move-slo-slowdown", "1.2"],  # the rule acts below the SLO
+            ("ma", ["--rdt-reading", "window", "--move-slo-slowdown", "1.2",  # the rule acts below the SLO
+                    "--extender-corunner-slo-slowdown", "1.2"],  # and placement counts crossings of 1.2
              {"rdt_reading": "window", "move_slo_slowdown": 1.2})):
         monitored = tmp_path / name  # llc and membw from per-cgroup resource monitoring, the rest from counters
         assert eval_arena(["--policies", "orchestrator", "--synthetic", "30", "--nodes", "3", "--horizon-s", "300",
@@ -109,6 +110,7 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
         assert result["orchestrator"]["pod_estimates"] == "rdt"
         assert {k: result["orchestrator"][k] for k in recorded} == recorded
         assert result["summary"]["orchestrator"]["finished"] > 0
+        assert result["extender_corunner_slo_slowdown"] == (1.2 if name == "ma" else 1.25)
     assert eval_arena(["--synthetic", "10", "--pod-estimates", "rdt", "--rdt-noise", "-1", "--out",
                        str(tmp_path / "r")]) == 2
     assert "--rdt-noise must be >= 0" in capsys.readouterr().err
@@ -123,6 +125,9 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
     assert eval_arena(["--synthetic", "10", "--orchestrator-moves", "--move-slo-slowdown", "1", "--out",
                        str(tmp_path / "zs")]) == 2
     assert "move setting slo_slowdown must be > 1, got 1.0" in capsys.readouterr().err
+    assert eval_arena(["--synthetic", "10", "--extender-corunner-slo-slowdown", "0.9", "--out",
+                       str(tmp_path / "zc")]) == 2
+    assert "extender scoring: corunner_slo_slowdown must be > 1" in capsys.readouterr().err
     assert eval_arena(["--synthetic", "10", "--orchestrator-load-term", "--out", str(tmp_path / "w")]) == 2
     assert "--orchestrator-load-term needs --extender-corunner-weight" in capsys.readouterr().err
 

@@ -21,6 +21,7 @@ import pytest
 from contracts.models import PodPressure
 from services.scheduler_extender.corunner import load_harm
 from services.scheduler_extender.extender import Extender
+from services.scheduler_extender.main import scoring_config
 from services.scheduler_extender.podindex import PodIndex
 from services.scheduler_extender.pressures import PressureBook, node_residents
 from services.scheduler_extender.residents import LoadFollower
@@ -172,3 +173,11 @@ def test_load_term_needs_the_corunner_weight() -> None:
     with pytest.raises(ValueError, match="EXTENDER_LOAD_TERM needs EXTENDER_WEIGHT_CORUNNER"):
         ExtenderSettings(load_term=True)
     assert ExtenderSettings(load_term=True, weight_corunner=0.5).pressure_max_age_s == 60.0
+
+
+def test_guard_band_setting_reaches_the_scoring_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXTENDER_CORUNNER_SLO_SLOWDOWN", "1.2")
+    assert scoring_config(ExtenderSettings()).corunner_slo_slowdown == 1.2
+    monkeypatch.setenv("EXTENDER_CORUNNER_SLO_SLOWDOWN", "1")
+    with pytest.raises(ValueError, match="corunner_slo_slowdown"):
+        ExtenderSettings()

@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 
 from services.scheduler_extender.corunner import load_harm
-from services.scheduler_extender.scoring import CLASS_INDEX, NodeInputs, ScoringConfig, evaluate, score_with_penalty
+from services.scheduler_extender.scoring import (
+    CLASS_INDEX,
+    NodeInputs,
+    ScoringConfig,
+    evaluate,
+    load_penalties,
+    score_with_penalty,
+)
 from simulator.workloads import CLASS_PRESSURE_GUESS
 from training.corunner import ROOT, pressure_guess, train_kinds
 
@@ -34,6 +41,21 @@ def test_harm_hand_computed() -> None:
     # a quiet pod adds nothing anywhere (every pressure below the free 0.25)
     assert load_harm(CPU, QUIET, True, [(LLC, QUIET, True), (MEM, QUIET, False)]) == 0.0
     assert load_harm(LLC, HOG, True, []) == 0.0
+
+
+def test_guard_band_counts_a_crossing_below_the_slo() -> None:
+    # a co-runner pressing membw at 0.6625 (excess 0.55) slows an llc pod to 1 + 0.4 · 0.55 = 1.22: under the
+    # 1.25 SLO, over a 1.20 guard band (EXTENDER_CORUNNER_SLO_SLOWDOWN), where the crossing adds 1
+    mild = (0.1, 0.6625, 0.1, 0.05)
+    assert load_harm(LLC, QUIET, True, [(MEM, mild, False)]) == pytest.approx(0.22)
+    assert load_harm(LLC, QUIET, True, [(MEM, mild, False)], 1.20) == pytest.approx(1.22)
+    assert load_harm(MEM, mild, False, [(LLC, QUIET, True)], 1.20) == pytest.approx(1.22)
+    residents = [(MEM, mild, False)]
+    band = load_penalties(residents, ScoringConfig(corunner_slo_slowdown=1.20))
+    slo = load_penalties(residents, ScoringConfig())
+    assert band[LLC] > slo[LLC] and band[CPU] == slo[CPU]  # only a latency-sensitive class crosses the band
+    with pytest.raises(ValueError, match="corunner_slo_slowdown must be > 1"):
+        ScoringConfig(corunner_slo_slowdown=1.0)
 
 
 def test_score_with_penalty_mixes_like_the_class_term() -> None:
