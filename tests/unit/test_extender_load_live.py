@@ -177,7 +177,12 @@ def test_load_term_needs_the_corunner_weight() -> None:
 
 def test_guard_band_setting_reaches_the_scoring_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXTENDER_CORUNNER_SLO_SLOWDOWN", "1.2")
-    assert scoring_config(ExtenderSettings()).corunner_slo_slowdown == 1.2
+    band = scoring_config(ExtenderSettings())
+    assert band.corunner_slo_slowdown == 1.2
+    # a membw co-runner slowing an llc pod to 1.22 (test_extender_load_term): a crossing at 1.2, none at 1.25
+    residents = [(MEM, (0.1, 0.6625, 0.1, 0.05), False)]
+    at_band, at_slo = load_penalties(residents, band), load_penalties(residents, ScoringConfig())
+    assert at_band[LLC] > at_slo[LLC] and at_band[CPU] == at_slo[CPU]  # only a latency-sensitive class crosses
     monkeypatch.setenv("EXTENDER_CORUNNER_SLO_SLOWDOWN", "1")
     with pytest.raises(ValueError, match="corunner_slo_slowdown"):
         ExtenderSettings()
