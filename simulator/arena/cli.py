@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--move-batch-only", action="store_true",
                    help="orchestrator moves: move only pods that are not latency-sensitive")
     p.add_argument("--move-margin", type=float, default=0.0,
-                   help="orchestrator moves: act only when an estimated slowdown exceeds 1.25 + this")
+                   help="orchestrator moves: act only when an estimated slowdown exceeds --move-slo-slowdown + this")
     p.add_argument("--move-slo-slowdown", type=float, default=1.25, metavar="X",
                    help="orchestrator moves: the rule's threshold, a latency-sensitive pod's estimated slowdown may "
                         "not exceed X (default 1.25 = the arena's SLO; lower = a guard band against estimate error; "
