@@ -37,6 +37,7 @@ from services.scheduler_extender.scoring import (
 from services.scheduler_extender.settings import DEFAULT_CLASS_KEY, ExtenderSettings
 from services.scheduler_extender.state import NodeStateStore
 from simulator.workloads import CLASS_PRESSURE_GUESS
+from tests.unit.test_extender_load_term import MILD
 from tests.unit.test_extender_scoring import NOW
 
 CPU, LLC, MEM, FE = (CLASS_INDEX[c] for c in ("cpu_bound", "llc_sensitive", "memory_bound", "frontend_bound"))
@@ -179,8 +180,8 @@ def test_guard_band_setting_reaches_the_scoring_config(monkeypatch: pytest.Monke
     monkeypatch.setenv("EXTENDER_CORUNNER_SLO_SLOWDOWN", "1.2")
     band = scoring_config(ExtenderSettings())
     assert band.corunner_slo_slowdown == 1.2
-    # a membw co-runner slowing an llc pod to 1.22 (test_extender_load_term): a crossing at 1.2, none at 1.25
-    residents = [(MEM, (0.1, 0.6625, 0.1, 0.05), False)]
+    # MILD slows an llc pod to 1.22: a crossing at 1.2, none at 1.25
+    residents = [(MEM, MILD, False)]
     at_band, at_slo = load_penalties(residents, band), load_penalties(residents, ScoringConfig())
     assert at_band[LLC] > at_slo[LLC] and at_band[CPU] == at_slo[CPU]  # only a latency-sensitive class crosses
     monkeypatch.setenv("EXTENDER_CORUNNER_SLO_SLOWDOWN", "1")

@@ -16,6 +16,8 @@ from training.corunner import ROOT, pressure_guess, train_kinds
 CPU, LLC, MEM = (CLASS_INDEX[c] for c in ("cpu_bound", "llc_sensitive", "memory_bound"))
 HOG = (0.4, 0.9, 0.1, 0.05)
 QUIET = (0.1, 0.1, 0.1, 0.1)
+MILD = (0.1, 0.6625, 0.1, 0.05)
+"""Presses membw at 0.6625 (excess 0.55): slows an llc pod to 1 + 0.4 · 0.55 = 1.22, between 1.20 and the SLO."""
 SLOWED = 1 + 1.2 * 0.15 / 0.75 + 0.4 * 0.65 / 0.75
 
 
@@ -37,12 +39,11 @@ def test_harm_hand_computed() -> None:
 
 
 def test_guard_band_counts_a_crossing_below_the_slo() -> None:
-    # a co-runner pressing membw at 0.6625 (excess 0.55) slows an llc pod to 1 + 0.4 · 0.55 = 1.22: under the
-    # 1.25 SLO, over a 1.20 guard band (EXTENDER_CORUNNER_SLO_SLOWDOWN), where the crossing adds 1
-    mild = (0.1, 0.6625, 0.1, 0.05)
-    assert load_harm(LLC, QUIET, True, [(MEM, mild, False)]) == pytest.approx(0.22)
-    assert load_harm(LLC, QUIET, True, [(MEM, mild, False)], 1.20) == pytest.approx(1.22)
-    assert load_harm(MEM, mild, False, [(LLC, QUIET, True)], 1.20) == pytest.approx(1.22)
+    # MILD slows an llc pod to 1.22: under the 1.25 SLO, over a 1.20 guard band (EXTENDER_CORUNNER_SLO_SLOWDOWN),
+    # where the crossing adds 1
+    assert load_harm(LLC, QUIET, True, [(MEM, MILD, False)]) == pytest.approx(0.22)
+    assert load_harm(LLC, QUIET, True, [(MEM, MILD, False)], 1.20) == pytest.approx(1.22)
+    assert load_harm(MEM, MILD, False, [(LLC, QUIET, True)], 1.20) == pytest.approx(1.22)
     with pytest.raises(ValueError, match="corunner_slo_slowdown must be > 1"):
         ScoringConfig(corunner_slo_slowdown=1.0)
 
