@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="orchestrator moves: the rule's threshold, a latency-sensitive pod's estimated slowdown may "
                         "not exceed X (default 1.25 = the arena's SLO; lower = a guard band against estimate error; "
                         "live: AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN)")
+    p.add_argument("--referee-max-disruptions", type=int, default=None, metavar="N",
+                   help="orchestrator: the referee's disruption budget, disruptive actions per "
+                        "--referee-disruption-window-s (default: the live default, REFEREE_MAX_DISRUPTIONS)")
+    p.add_argument("--referee-disruption-window-s", type=float, default=None, metavar="S",
+                   help="orchestrator: the budget's window (default: the live default, REFEREE_DISRUPTION_WINDOW_S)")
     p.add_argument("--move-min-age-s", type=float, default=10.0,
                    help="orchestrator moves: a pod is moved only after running this long (its counters' window)")
     p.add_argument("--forecast-model", type=Path, default=ROOT / "models" / "forecast",
@@ -230,6 +235,19 @@ def run(args: argparse.Namespace, command: str) -> int:
                  if args.orchestrator_moves else None)
     except ValueError as exc:
         print(f"eval arena: {exc}", file=sys.stderr)
+        return 2
+    from pydantic import ValidationError
+
+    from services.referee.settings import RefereeSettings
+
+    budget = {k: v for k, v in (("max_disruptions", args.referee_max_disruptions),
+                                ("disruption_window_s", args.referee_disruption_window_s)) if v is not None}
+    try:
+        referee = RefereeSettings(mode="shadow", **budget)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--referee-" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "--referee-*"
+        print(f"eval arena: {flag}: {err['msg']}", file=sys.stderr)
         return 2
     if args.orchestrator_load_term and args.extender_corunner_weight <= 0:
         print("eval arena: --orchestrator-load-term needs --extender-corunner-weight > 0 (the term's weight)",
@@ -328,7 +346,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                                                saturated_at=args.rdt_saturated_at) if args.pod_estimates == "rdt"
                             else CounterEstimator(train_kinds, args.seed))
             controller = Orchestrator(
-                names, orch, model_version=model.version, counters=counters,
+                names, orch, model_version=model.version, counters=counters, referee=referee,
                 cfg=OrchestratorConfig(every_ticks=max(1, args.orchestrator_every_ticks),
                                        taint_ttl_s=args.taint_ttl_s, hold_s=args.hold_s,
                                        extender_weight=args.extender_weight,
@@ -407,7 +425,9 @@ def run(args: argparse.Namespace, command: str) -> int:
                                 "pod_estimates_job_prior": args.pod_estimates_job_prior,
                                 "pod_pressure_noise": args.pod_pressure_noise,
                                 "move_min_age_s": args.move_min_age_s, "move_batch_only": args.move_batch_only,
-                                "move_margin": args.move_margin, "move_slo_slowdown": args.move_slo_slowdown},
+                                "move_margin": args.move_margin, "move_slo_slowdown": args.move_slo_slowdown,
+                                "referee_max_disruptions": referee.max_disruptions,
+                                "referee_disruption_window_s": referee.disruption_window_s},
                "latency_sensitive": "scheduling class 2-3 (SLO: slowdown <= 1.25)", "summary": summary,
                "forecast": forecasts}
     doc = {"machine": machine(), "results": results, "details": details}

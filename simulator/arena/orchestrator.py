@@ -16,8 +16,9 @@ through the same pure code, without Kafka or Kubernetes:
    their default settings on ``view.everything()``; a proposal identical to one sent less than
    ``repropose_s`` ago is not re-sent (``services.agents.wiring.Agent._is_news``);
 3. **referee**: the tick's proposals grouped per target (the 500 ms decision window is shorter than a
-   tick), ``services.referee.policy.resolve`` in target order with the default RefereeSettings (min
-   score, cooldown, hysteresis, rate limit, disruption budget), then ``settle`` with the arena's outcome;
+   tick), ``services.referee.policy.resolve`` in target order with the given RefereeSettings (default: the
+   live defaults of min score, cooldown, hysteresis, rate limit, disruption budget), then ``settle`` with the
+   arena's outcome;
 4. **acting** (what the actuator would write, and what kube-scheduler then does with it):
 
    * ``taint`` → the node's taint ``(key, effect)`` is set for ``taint_ttl_s``; ``NoSchedule`` removes the

@@ -132,6 +132,27 @@ def test_orchestrator_moves_and_load_term_end_to_end(tmp_path: Path, capsys: pyt
     assert "--orchestrator-load-term needs --extender-corunner-weight" in capsys.readouterr().err
 
 
+def test_referee_budget_bounds_the_moves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the crowded world of the moves' test above, where the default budget lets moves through
+    common = ["--policies", "orchestrator", "--synthetic", "60", "--nodes", "4", "--horizon-s", "600", "--seed", "2",
+              "-q", "--extender-inputs", "none", "--extender-corunner-weight", "1", "--orchestrator-moves",
+              "--orchestrator-load-term", "--pod-pressure-noise", "0.1"]
+    moved: dict[str, int] = {}
+    for budget in ("0", "20"):
+        out = tmp_path / f"b{budget}"
+        assert eval_arena([*common, "--referee-max-disruptions", budget, "--referee-disruption-window-s", "120",
+                           "--out", str(out)]) == 0
+        details = orjson.loads((out / "results.json").read_bytes())["details"]
+        recorded = details["orchestrator"]
+        assert (recorded["referee_max_disruptions"], recorded["referee_disruption_window_s"]) == (int(budget), 120.0)
+        moved[budget] = details["summary"]["orchestrator"]["moves"]
+    assert moved["0"] == 0 < moved["20"]  # no budget, no move; the moves found are the budget's to let through
+    assert eval_arena(["--synthetic", "10", "--referee-max-disruptions", "-1", "--out", str(tmp_path / "x")]) == 2
+    assert "--referee-max-disruptions: Input should be greater than or equal to 0" in capsys.readouterr().err
+    assert eval_arena(["--synthetic", "10", "--referee-disruption-window-s", "0", "--out", str(tmp_path / "y")]) == 2
+    assert "--referee-disruption-window-s: Input should be greater than 0" in capsys.readouterr().err
+
+
 def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:
     from borgctl.arena import eval_arena as borgctl_eval_arena
 
