@@ -541,6 +541,29 @@ class LiveContext:
     """The orchestrator pass also runs the cluster watcher and the risk stage (risk evictions, admission holds)."""
     load_term: bool = False
     """The orchestrator pass's extender scores on the pods' podpressure.v1 estimates (EXTENDER_LOAD_TERM)."""
+    move_slo_slowdown: float | None = None
+    """AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN of the orchestrator pass (None: the agent's default, the SLO)."""
+    corunner_slo_slowdown: float | None = None
+    """EXTENDER_CORUNNER_SLO_SLOWDOWN of the orchestrator pass's extender (None: its default, the SLO)."""
+    max_disruptions: int | None = None
+    """REFEREE_MAX_DISRUPTIONS of the orchestrator pass (None: the referee's default)."""
+    disruption_window_s: float = 300.0
+    """The referee's disruption window in arena seconds (the referee gets it in wall seconds)."""
+
+
+def orchestrator_overrides(ctx: LiveContext, time_scale: float) -> dict[str, dict[str, str]]:
+    """The orchestrator pass's settings that the run's flags change, per service (the services' own defaults
+    for everything not set)."""
+    referee = {"REFEREE_DISRUPTION_WINDOW_S": f"{ctx.disruption_window_s / time_scale:g}"}
+    if ctx.max_disruptions is not None:
+        referee["REFEREE_MAX_DISRUPTIONS"] = str(ctx.max_disruptions)
+    return {
+        "agent-reliability": ({"AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN": f"{ctx.move_slo_slowdown:g}"}
+                              if ctx.move_slo_slowdown is not None else {}),
+        "referee": referee,
+        "scheduler-extender": ({"EXTENDER_CORUNNER_SLO_SLOWDOWN": f"{ctx.corunner_slo_slowdown:g}"}
+                               if ctx.corunner_slo_slowdown is not None else {}),
+    }
 
 
 async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: LiveContext) -> dict[str, float]:
@@ -571,6 +594,7 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         if policy in ("extender", "orchestrator"):
             port = free_port()
             env = {"KAFKA_BOOTSTRAP": ctx.bootstrap, "BORG_TOPIC_PREFIX": prefix}
+            overrides = orchestrator_overrides(ctx, size.time_scale) if policy == "orchestrator" else {}
             if policy == "orchestrator":
                 # the deciding side: the admission agent's taints, applied by the referee to this run's nodes
                 procs = [
@@ -586,13 +610,14 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                             "AGENT_RELIABILITY_CLASS_LABEL": CLASS_LABEL,
                             "AGENT_RELIABILITY_LATENCY_LABEL": LATENCY_LABEL,
                             "AGENT_RELIABILITY_JOB_LABEL": JOB_LABEL,
-                            "AGENT_RELIABILITY_PODS_REFRESH_S": "1"}, ctx.work),
+                            "AGENT_RELIABILITY_PODS_REFRESH_S": "1", **overrides["agent-reliability"]},
+                           ctx.work),
                     _spawn("referee", ["referee"],
                            {**env, "REFEREE_MODE": "apply", "REFEREE_KUBECONFIG": str(ctx.kubeconfig),
-                            # the disruption budget (5 per 300 s) in arena time, as the offline orchestrator has it
-                            "REFEREE_DISRUPTION_WINDOW_S": f"{300.0 / size.time_scale:g}",
                             "REFEREE_GROUP_ID": f"{prefix}referee", "REFEREE_CLUSTER": name_of(run_id, policy),
-                            "LOG_LEVEL": "INFO"},
+                            "LOG_LEVEL": "INFO",
+                            # the disruption budget (5 per 300 s) in arena time, as the offline orchestrator has it
+                            **overrides["referee"]},
                            ctx.work),
                 ]
                 if ctx.risk:
@@ -619,7 +644,8 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
                      # only the orchestrator pass runs the pod-pressure stage the load term reads; its estimates
                      # re-read once per counter window (10 arena-s), as the offline arena's load term sees them
                      **({"EXTENDER_LOAD_TERM": "true", "EXTENDER_LOAD_RECHECK_S": f"{10.0 / size.time_scale:g}"}
-                        if ctx.load_term and policy == "orchestrator" else {})},
+                        if ctx.load_term and policy == "orchestrator" else {}),
+                     **overrides.get("scheduler-extender", {})},
                     ctx.work,
                 ),
             ]
@@ -772,6 +798,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orchestrator-load-term", action="store_true",
                    help="orchestrator pass: the extender's co-runner term on the pods' podpressure.v1 estimates "
                         "(EXTENDER_LOAD_TERM; needs --extender-corunner-weight > 0)")
+    p.add_argument("--move-slo-slowdown", type=float, default=None, metavar="X",
+                   help="orchestrator pass: AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN, the moves' threshold (default: the "
+                        "agent's, 1.25 = the SLO; lower = a guard band, docs/arena.md)")
+    p.add_argument("--extender-corunner-slo-slowdown", type=float, default=None, metavar="X",
+                   help="orchestrator pass: EXTENDER_CORUNNER_SLO_SLOWDOWN, the slowdown the load term counts as a "
+                        "crossing (default: the extender's, 1.25)")
+    p.add_argument("--referee-max-disruptions", type=int, default=None, metavar="N",
+                   help="orchestrator pass: REFEREE_MAX_DISRUPTIONS, disruptive actions per window (default: the "
+                        "referee's, 5)")
+    p.add_argument("--referee-disruption-window-s", type=float, default=300.0, metavar="S",
+                   help="orchestrator pass: the disruption window in arena seconds, compressed like the arena's "
+                        "time for REFEREE_DISRUPTION_WINDOW_S (default 300)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
     return p
@@ -802,6 +840,16 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     if args.orchestrator_load_term and args.extender_corunner_weight <= 0:
         print("eval arena --live: --orchestrator-load-term needs --extender-corunner-weight > 0", file=sys.stderr)
+        return 2
+    for flag, value in (("--move-slo-slowdown", args.move_slo_slowdown),
+                        ("--extender-corunner-slo-slowdown", args.extender_corunner_slo_slowdown)):
+        if value is not None and not value > 1.0:
+            print(f"eval arena --live: {flag} must be > 1 (a slowdown), got {value:g}", file=sys.stderr)
+            return 2
+    if (args.referee_max_disruptions is not None and args.referee_max_disruptions < 0) or not (
+            args.referee_disruption_window_s > 0):
+        print("eval arena --live: --referee-max-disruptions must be >= 0 and --referee-disruption-window-s > 0",
+              file=sys.stderr)
         return 2
     size = QUICK if args.quick else FULL
     if args.nodes is not None or args.horizon_s is not None:
@@ -843,7 +891,8 @@ async def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = LiveContext(bootstrap(), Path(kube.stdout.strip()), args.out, args.seed, progress,
                       args.extender_weight, args.extender_corunner_weight, args.stretch, args.orchestrator_risk,
-                      args.orchestrator_load_term)
+                      args.orchestrator_load_term, args.move_slo_slowdown, args.extender_corunner_slo_slowdown,
+                      args.referee_max_disruptions, args.referee_disruption_window_s)
     progress(
         f"{len(arrivals)} arrivals over {size.horizon_s:.0f} arena s ({size.time_scale:.0f}x faster than "
         f"that in wall time) on {size.nodes} kwok nodes; held-out kinds {', '.join(kinds)}"
@@ -882,6 +931,7 @@ async def run(args: argparse.Namespace) -> int:
             "extender_corunner_weight": args.extender_corunner_weight,
             "orchestrator_risk": args.orchestrator_risk,
             "orchestrator_load_term": args.orchestrator_load_term,
+            "orchestrator_settings": orchestrator_overrides(ctx, size.time_scale),
             "summary": summary,
             "completion": ("stretched: each pod completes when its work, worn down by its slowdown, is done"
                            if args.stretch else

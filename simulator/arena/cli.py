@@ -245,9 +245,10 @@ def run(args: argparse.Namespace, command: str) -> int:
     try:
         referee = RefereeSettings(mode="shadow", **budget)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        flag = "--referee-" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "--referee-*"
-        print(f"eval arena: {flag}: {err['msg']}", file=sys.stderr)
+        err = exc.errors()[0]  # the referee's settings read REFEREE_* too, as the live referee does
+        field = str(err["loc"][0]) if err["loc"] else "*"
+        print(f"eval arena: --referee-{field.replace('_', '-')} (or REFEREE_{field.upper()}): {err['msg']}",
+              file=sys.stderr)
         return 2
     if args.orchestrator_load_term and args.extender_corunner_weight <= 0:
         print("eval arena: --orchestrator-load-term needs --extender-corunner-weight > 0 (the term's weight)",

@@ -80,11 +80,17 @@ def test_live_arena_orchestrator_pass_runs_the_deciding_side_and_the_risk_stage(
     out = tmp_path / "live"
     code = live.main(["--quick", "--nodes", "4", "--horizon-s", "150", "--synthetic", "120", "--seed", "3",
                       "--policies", "orchestrator", "--orchestrator-risk", "--orchestrator-load-term",
-                      "--extender-corunner-weight", "0.5",
+                      "--extender-corunner-weight", "0.5", "--move-slo-slowdown", "1.2",
+                      "--extender-corunner-slo-slowdown", "1.2", "--referee-max-disruptions", "8",
                       "--extender-weight", "2", "--out", str(out), "--quiet"])
     assert code == 0
     doc = json.loads((out / "results.json").read_text())
     assert doc["details"]["orchestrator_risk"] is True
+    # the guard band and the budget reached the services they set (each refuses a bad value at start-up)
+    settings = doc["details"]["orchestrator_settings"]
+    assert settings["agent-reliability"] == {"AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN": "1.2"}
+    assert settings["scheduler-extender"] == {"EXTENDER_CORUNNER_SLO_SLOWDOWN": "1.2"}
+    assert settings["referee"]["REFEREE_MAX_DISRUPTIONS"] == "8"
     m = doc["details"]["summary"]["orchestrator"]
     arrivals = doc["details"]["arrivals"]["tasks_kept"]
     assert m["placed"] == arrivals and m["unfinished"] == 0, m

@@ -148,9 +148,11 @@ def test_referee_budget_bounds_the_moves(tmp_path: Path, capsys: pytest.CaptureF
         moved[budget] = details["summary"]["orchestrator"]["moves"]
     assert moved["0"] == 0 < moved["20"]  # no budget, no move; the moves found are the budget's to let through
     assert eval_arena(["--synthetic", "10", "--referee-max-disruptions", "-1", "--out", str(tmp_path / "x")]) == 2
-    assert "--referee-max-disruptions: Input should be greater than or equal to 0" in capsys.readouterr().err
+    assert "--referee-max-disruptions (or REFEREE_MAX_DISRUPTIONS): Input should be greater than or equal to 0" in (
+        capsys.readouterr().err)
     assert eval_arena(["--synthetic", "10", "--referee-disruption-window-s", "0", "--out", str(tmp_path / "y")]) == 2
-    assert "--referee-disruption-window-s: Input should be greater than 0" in capsys.readouterr().err
+    assert "--referee-disruption-window-s (or REFEREE_DISRUPTION_WINDOW_S): Input should be greater than 0" in (
+        capsys.readouterr().err)
 
 
 def test_borgctl_eval_arena_live_goes_to_the_live_arena(tmp_path: Path) -> None:

@@ -230,3 +230,54 @@ def test_load_term_without_the_corunner_weight_is_refused_before_anything_runs(
     assert main(["--policies", "orchestrator", "--orchestrator-load-term", "--out", str(tmp_path / "x")]) == 2
     assert "--orchestrator-load-term needs --extender-corunner-weight > 0" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_orchestrator_pass_gets_the_guard_band_and_budget_it_is_given_else_the_services_defaults(
+    tmp_path: Path,
+) -> None:
+    from loadtests.arena_live.run import LiveContext, orchestrator_overrides
+
+    plain = LiveContext("b:9092", tmp_path / "k", tmp_path, 1, print)
+    assert orchestrator_overrides(plain, 10.0) == {
+        "agent-reliability": {}, "scheduler-extender": {},
+        "referee": {"REFEREE_DISRUPTION_WINDOW_S": "30"}}  # 300 arena-s at 10x: 30 s of wall time
+    banded = LiveContext("b:9092", tmp_path / "k", tmp_path, 1, print, move_slo_slowdown=1.2,
+                         corunner_slo_slowdown=1.22, max_disruptions=10, disruption_window_s=600.0)
+    assert orchestrator_overrides(banded, 10.0) == {
+        "agent-reliability": {"AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN": "1.2"},
+        "scheduler-extender": {"EXTENDER_CORUNNER_SLO_SLOWDOWN": "1.22"},
+        "referee": {"REFEREE_DISRUPTION_WINDOW_S": "60", "REFEREE_MAX_DISRUPTIONS": "10"}}
+
+
+def test_the_overrides_name_settings_the_services_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the settings ignore unknown variables: a misspelt name would silently leave the service at its default
+    from loadtests.arena_live.run import LiveContext, orchestrator_overrides
+    from services.agents.settings import ReliabilitySettings
+    from services.referee.settings import RefereeSettings
+    from services.scheduler_extender.settings import ExtenderSettings
+
+    banded = LiveContext("b:9092", tmp_path / "k", tmp_path, 1, print, move_slo_slowdown=1.2,
+                         corunner_slo_slowdown=1.22, max_disruptions=10, disruption_window_s=600.0)
+    for env in orchestrator_overrides(banded, 10.0).values():
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+    assert ReliabilitySettings().move_slo_slowdown == 1.2
+    assert ExtenderSettings().corunner_slo_slowdown == 1.22
+    referee = RefereeSettings()
+    assert (referee.max_disruptions, referee.disruption_window_s) == (10, 60.0)
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--move-slo-slowdown", "1"], "--move-slo-slowdown must be > 1 (a slowdown), got 1"),
+    (["--extender-corunner-slo-slowdown", "0.9"], "--extender-corunner-slo-slowdown must be > 1 (a slowdown), got 0.9"),
+    (["--referee-max-disruptions", "-1"], "--referee-max-disruptions must be >= 0"),
+    (["--referee-disruption-window-s", "0"], "--referee-disruption-window-s > 0"),
+])
+def test_bad_orchestrator_settings_are_refused_before_anything_runs(
+    flags: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loadtests.arena_live.run import main
+
+    assert main(["--policies", "orchestrator", *flags, "--out", str(tmp_path / "x")]) == 2
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
