@@ -36,7 +36,8 @@ DEPLOY = ROOT / "deploy"
 KUBE_SH = ROOT / "infra" / "kube" / "kube.sh"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
 OPTIONAL_COMPONENTS = ["node-agent-sys-admin", "node-agent-unprivileged", "referee-apply", "extender-learned-shadow",
-                       "extender-corunner", "agent-interference", "node-agent-per-pod", "node-agent-resctrl"]
+                       "extender-corunner", "agent-interference", "node-agent-per-pod", "node-agent-resctrl",
+                       "interference-guard-band"]
 SCHEDULER_CONFIG = DEPLOY / "scheduler-extender" / "kube-scheduler-config.yaml"
 NAMESPACES = ("borg-system", "borg-node")
 POLICY = "borg-node-agent-least-privilege"
@@ -188,6 +189,7 @@ def test_optional_component_is_accepted_by_the_api_server(
     (referee,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "referee"]
     env = {e["name"]: e.get("value") for e in referee["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["REFEREE_MODE"] == ("apply" if component == "referee-apply" else "dry-run")
+    assert env["REFEREE_MAX_DISRUPTIONS"] == ("10" if component == "interference-guard-band" else "5")
     (extender,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "scheduler-extender"]
     spec = extender["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
@@ -202,9 +204,11 @@ def test_optional_component_is_accepted_by_the_api_server(
     (reliability,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "agent-reliability"]
     spec = reliability["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
-    interference = component == "agent-interference"
+    banded = component == "interference-guard-band"  # includes agent-interference
+    interference = component == "agent-interference" or banded
     assert (env.get("AGENT_RELIABILITY_INTERFERENCE"), spec["automountServiceAccountToken"]) == (
         ("true", True) if interference else (None, False))
+    assert env.get("AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN") == ("1.20" if banded else None)
     roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("borg-agent-reliab")]
     lists = [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list"]}]
     assert [r["rules"] for r in roles] == ([lists] if interference else [])
