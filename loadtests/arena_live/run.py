@@ -428,6 +428,23 @@ async def _agent_counts(port: int) -> dict[str, float]:
     return out
 
 
+async def _pod_pressure_sources(port: int) -> dict[str, float]:
+    """From the pod-pressure stage's /metrics: answered pod windows per monitored resource by where its value came
+    from (``pod_pressure_<resource>_from_<source>``: reading, reading_or_model, model)."""
+    import aiohttp
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
+        text = await r.text()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "borg_pod_pressure_monitored_total":
+                key = f"pod_pressure_{sample.labels.get('resource', '')}_from_{sample.labels.get('source', '')}"
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
 def name_of(run_id: str, policy: str) -> str:
     """The private scheduler's name (and the orchestrator's cluster name) of one policy's pass."""
     return f"arena-{run_id}-{policy}"
@@ -549,6 +566,9 @@ class LiveContext:
     """REFEREE_MAX_DISRUPTIONS of the orchestrator pass (None: the referee's default)."""
     disruption_window_s: float = 300.0
     """The referee's disruption window in arena seconds (the referee gets it in wall seconds)."""
+    rdt_noise: float | None = None
+    """Per-pod resctrl readings (LLC occupancy, memory traffic) beside the counters, with this spread (None: the
+    counters only, as on a node without the monitoring)."""
 
 
 def orchestrator_overrides(ctx: LiveContext, time_scale: float) -> dict[str, dict[str, str]]:
@@ -655,7 +675,8 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
         sched = scheduler_config(name, ctx.kubeconfig.parent / "scheduler.kubeconfig", extender_url,
                                  ctx.extender_weight)
         await producer.start()
-        cluster = ArenaCluster(size.nodes, ctx.seed, interval_ms=1000, node_names=nodes)
+        cluster = ArenaCluster(size.nodes, ctx.seed, interval_ms=1000, node_names=nodes,
+                               monitor_noise=ctx.rdt_noise or 0.0)
         headers = build_headers(NODESTATE)
 
         reliability = next((p for p in procs if p.name == "agent-reliability"), None)
@@ -667,7 +688,13 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
             ts_ms = int(time.time() * 1000)
             for i, state in enumerate(cluster.tick().nodestate_dicts(ts_ms=ts_ms)):
                 if pod_cgroups:
-                    state["cgroups"] = cluster.cgroup_dicts(i, cluster.interval_ms / 1000.0)
+                    interval_s = cluster.interval_ms / 1000.0
+                    cgroups = cluster.cgroup_dicts(i, interval_s)
+                    if ctx.rdt_noise is not None:  # what an agent with NODE_AGENT_RESCTRL_ROOT adds
+                        for cgroup, readings in cluster.resctrl_dicts(i, interval_s).items():
+                            cgroups.setdefault(cgroup, {}).update(readings)
+                        state["metrics"] = cluster.monitored_metrics()
+                    state["cgroups"] = cgroups
                     truth.update(cluster.pod_pressures(i))
                 await producer.send(
                     prefix + NODESTATE, key=state["node"].encode(), value=orjson.dumps(state), headers=headers
@@ -747,6 +774,9 @@ async def run_policy(policy: str, arrivals: Sequence[Any], size: LiveSize, ctx: 
             out.update(await _extender_counts(procs[-1].health))
         if reliability is not None:
             out.update(await _agent_counts(reliability.health))
+        stage = next((p for p in procs if p.name == "pod-pressure"), None)
+        if stage is not None:
+            out.update(await _pod_pressure_sources(stage.health))
         if policy == "orchestrator":
             out.update(await _action_counts(ctx.bootstrap, prefix, ctx.progress))
             out.update(await _pod_pressure_scores(ctx.bootstrap, prefix, truth))
@@ -798,6 +828,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orchestrator-load-term", action="store_true",
                    help="orchestrator pass: the extender's co-runner term on the pods' podpressure.v1 estimates "
                         "(EXTENDER_LOAD_TERM; needs --extender-corunner-weight > 0)")
+    p.add_argument("--pod-estimates", choices=("counters", "rdt"), default="counters",
+                   help="orchestrator pass: the nodes' per-pod data, counters only, or (rdt) with each pod's LLC "
+                        "occupancy and memory traffic as resctrl monitoring reads them (shares on a saturated node, "
+                        "--rdt-noise spread); the pod-pressure stage takes llc and membw from those")
+    p.add_argument("--rdt-noise", type=float, default=0.1, metavar="S",
+                   help="--pod-estimates rdt: log-normal spread of each pod's readings, one factor per pod and "
+                        "resource (default 0.1, as offline)")
     p.add_argument("--move-slo-slowdown", type=float, default=None, metavar="X",
                    help="orchestrator pass: AGENT_RELIABILITY_MOVE_SLO_SLOWDOWN, the moves' threshold (default: the "
                         "agent's, 1.25 = the SLO; lower = a guard band, docs/arena.md)")
@@ -846,6 +883,9 @@ async def run(args: argparse.Namespace) -> int:
         if value is not None and not value > 1.0:
             print(f"eval arena --live: {flag} must be > 1 (a slowdown), got {value:g}", file=sys.stderr)
             return 2
+    if args.rdt_noise < 0:
+        print("eval arena --live: --rdt-noise must be >= 0", file=sys.stderr)
+        return 2
     if (args.referee_max_disruptions is not None and args.referee_max_disruptions < 0) or not (
             args.referee_disruption_window_s > 0):
         print("eval arena --live: --referee-max-disruptions must be >= 0 and --referee-disruption-window-s > 0",
@@ -892,7 +932,8 @@ async def run(args: argparse.Namespace) -> int:
     ctx = LiveContext(bootstrap(), Path(kube.stdout.strip()), args.out, args.seed, progress,
                       args.extender_weight, args.extender_corunner_weight, args.stretch, args.orchestrator_risk,
                       args.orchestrator_load_term, args.move_slo_slowdown, args.extender_corunner_slo_slowdown,
-                      args.referee_max_disruptions, args.referee_disruption_window_s)
+                      args.referee_max_disruptions, args.referee_disruption_window_s,
+                      args.rdt_noise if args.pod_estimates == "rdt" else None)
     progress(
         f"{len(arrivals)} arrivals over {size.horizon_s:.0f} arena s ({size.time_scale:.0f}x faster than "
         f"that in wall time) on {size.nodes} kwok nodes; held-out kinds {', '.join(kinds)}"
@@ -932,6 +973,8 @@ async def run(args: argparse.Namespace) -> int:
             "orchestrator_risk": args.orchestrator_risk,
             "orchestrator_load_term": args.orchestrator_load_term,
             "orchestrator_settings": orchestrator_overrides(ctx, size.time_scale),
+            "pod_estimates": args.pod_estimates,
+            "rdt_noise": ctx.rdt_noise,
             "summary": summary,
             "completion": ("stretched: each pod completes when its work, worn down by its slowdown, is done"
                            if args.stretch else

@@ -82,6 +82,7 @@ from services.scheduler_extender.scoring import NodeCard, RegimeIn, ScoringConfi
 from simulator.arena.arrivals import Arrival
 from simulator.arena.aware import EXTENDER_SCALE, EXTENDER_WEIGHT, ArenaView, ExtenderPolicy, TaskPod
 from simulator.arena.kube_default import NodeResources, PodRequest, fits, score
+from simulator.arena.world import MONITORED, held_shares
 from simulator.cluster import node_specs_for, workload_rates
 from simulator.workloads import CLASS_INDEX, CLASS_PRESSURE_GUESS
 from training.pod_pressure import pod_counts, train
@@ -211,9 +212,6 @@ class CounterEstimator:
         return out
 
 
-MONITORED: Final = (0, 1)
-"""The resources per-cgroup resource monitoring reads directly: llc (occupancy) and membw (bandwidth)."""
-
 
 def monitored_readings(pressures: np.ndarray, which: Sequence[int], noise: float,
                        rng: np.random.Generator) -> np.ndarray:
@@ -223,9 +221,7 @@ def monitored_readings(pressures: np.ndarray, which: Sequence[int], noise: float
     demand no more than the resource (sum <= 1); beyond that each holds its proportional share, so under
     saturation a reading understates the demand. Times ``exp(N(0, noise))`` per reading (sampling, and the map
     from bytes to pressure), clipped to [0, 1]."""
-    demand = pressures[:, list(MONITORED)]
-    held = demand / np.maximum(1.0, demand.sum(axis=0))
-    out = held[list(which)] * np.exp(rng.normal(0.0, noise, size=(len(which), len(MONITORED))))
+    out = held_shares(pressures)[list(which)] * np.exp(rng.normal(0.0, noise, size=(len(which), len(MONITORED))))
     return np.asarray(np.clip(out, 0.0, 1.0))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from featurelib.node.samples import sample_from_dict
 from featurelib.node.schema import as_model_input
 from featurelib.node.windows import DictStore, NodeWindows
 from featurelib.pod import EXTENDED_EVENTS as POD_EVENTS
+from featurelib.pod import LLC_OCCUPANCY, MBM_TOTAL_BYTES, NODE_LLC_BYTES, NODE_MEMBW_PEAK
 from services.regime import hysteresis
 from services.regime.abstention import REASON_BITS
 from services.regime.model import RegimeModel
@@ -33,6 +34,22 @@ from simulator.workloads import KINDS, class_slowdowns, regime_of
 _NEVER = 2**62
 POD_COUNT_NOISE = 0.05
 """Per-pod count noise per sample, as ``training.pod_pressure`` draws it per window."""
+
+
+MONITORED: Final = (0, 1)
+"""The resources per-cgroup resource monitoring reads directly: llc (occupancy) and membw (bandwidth)."""
+ARENA_LLC_BYTES: Final = 32 * 2**20
+"""The LLC an arena node reports (``NodeState.metrics``), the scale of its pods' simulated ``llc_occupancy``."""
+ARENA_MEMBW_PEAK: Final = 100e9
+"""The memory bandwidth (bytes/s) an arena node's operator states, the scale of its pods' ``mbm_total_bytes``."""
+
+
+def held_shares(pressures: np.ndarray) -> np.ndarray:
+    """What each resident of a node (rows of ``pressures``) holds of the monitored resources, on their pressure
+    scale: its demand while the residents together demand no more than the resource (sum <= 1), its
+    proportional share beyond that, so under saturation a reading understates the demand."""
+    demand = np.asarray(pressures, dtype=np.float64).reshape(-1, 4)[:, list(MONITORED)]
+    return np.asarray(demand / np.maximum(1.0, demand.sum(axis=0)))
 
 
 def arena_pod_uid(task_id: int, job_id: int) -> str:
@@ -50,9 +67,15 @@ def job_of_arena_uid(uid: str) -> str:
 class ArenaCluster(SyntheticCluster):
     """A SyntheticCluster whose co-runners are set by the arena (never drawn)."""
 
-    def __init__(self, nodes: int, seed: int, *, interval_ms: int, **kw: Any) -> None:
+    def __init__(self, nodes: int, seed: int, *, interval_ms: int, monitor_noise: float = 0.1, **kw: Any) -> None:
+        """``monitor_noise``: the spread of :meth:`resctrl_dicts`' readings."""
+        if monitor_noise < 0:
+            raise ValueError(f"monitor_noise must be >= 0, got {monitor_noise}")
         super().__init__(nodes=nodes, seed=seed, interval_ms=interval_ms, epoch_ticks=(1, 1), **kw)
+        self.monitor_noise = monitor_noise
         self._pods: dict[int, tuple[tuple[str, ...], np.ndarray, np.ndarray]] = {}
+        self._monitor_rng = np.random.default_rng(seed + 1)
+        self._monitor_factors: dict[str, np.ndarray] = {}
         for i in range(nodes):
             self.set_corunners(i, (), ())
 
@@ -88,6 +111,38 @@ class ArenaCluster(SyntheticCluster):
                 name: {"raw": float(noisy[COL[name]]), "value": float(noisy[COL[name]]), "enabled_ns": enabled,
                        "running_ns": enabled, "status": "counted"} for name in POD_EVENTS}
         return out
+
+    def resctrl_dicts(self, i: int, interval_s: float) -> dict[str, dict[str, dict[str, Any]]]:
+        """Node ``i``'s per-pod resctrl readings over one interval, as the node agent with
+        ``NODE_AGENT_RESCTRL_ROOT`` adds them to a pod's cgroup counters: ``llc_occupancy`` (bytes held) and
+        ``mbm_total_bytes`` (bytes moved in the interval), each pod's :func:`held_shares` times one persistent
+        ``exp(N(0, monitor_noise))`` per pod and resource (the offline arena's ``--rdt-reading window``), on the node's
+        :data:`ARENA_LLC_BYTES` and :data:`ARENA_MEMBW_PEAK` (:meth:`monitored_metrics`)."""
+        uids, _, pressures = self._pods.get(i, ((), np.zeros((0, len(EVENTS))), np.zeros((0, 4))))
+        if not uids:
+            return {}
+        factors = np.array([self._monitor_factor(uid) for uid in uids])
+        read = np.clip(held_shares(pressures) * factors, 0.0, 1.0)
+        enabled = int(interval_s * 1e9)
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for uid, (llc, membw) in zip(uids, read.tolist(), strict=True):
+            values = {LLC_OCCUPANCY: llc * ARENA_LLC_BYTES, MBM_TOTAL_BYTES: membw * ARENA_MEMBW_PEAK * interval_s}
+            out[f"kubepods/burstable/pod{uid}"] = {
+                name: {"raw": v, "value": v, "enabled_ns": enabled, "running_ns": enabled, "status": "counted"}
+                for name, v in values.items()}
+        return out
+
+    @staticmethod
+    def monitored_metrics() -> dict[str, float]:
+        """``NodeState.metrics`` of a node whose agent reads resctrl: its LLC and stated memory bandwidth."""
+        return {NODE_LLC_BYTES: float(ARENA_LLC_BYTES), NODE_MEMBW_PEAK: ARENA_MEMBW_PEAK}
+
+    def _monitor_factor(self, uid: str) -> np.ndarray:
+        factor = self._monitor_factors.get(uid)
+        if factor is None:
+            factor = np.exp(self._monitor_rng.normal(0.0, self.monitor_noise, size=len(MONITORED)))
+            self._monitor_factors[uid] = factor
+        return factor
 
     def pod_pressures(self, i: int) -> dict[str, tuple[float, ...]]:
         """The true pressure of each pod named on node ``i`` (kind × intensity): the side channel a live

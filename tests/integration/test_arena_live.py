@@ -82,6 +82,7 @@ def test_live_arena_orchestrator_pass_runs_the_deciding_side_and_the_risk_stage(
                       "--policies", "orchestrator", "--orchestrator-risk", "--orchestrator-load-term",
                       "--extender-corunner-weight", "0.5", "--move-slo-slowdown", "1.2",
                       "--extender-corunner-slo-slowdown", "1.2", "--referee-max-disruptions", "8",
+                      "--pod-estimates", "rdt",
                       "--extender-weight", "2", "--out", str(out), "--quiet"])
     assert code == 0
     doc = json.loads((out / "results.json").read_text())
@@ -93,6 +94,11 @@ def test_live_arena_orchestrator_pass_runs_the_deciding_side_and_the_risk_stage(
     assert settings["referee"]["REFEREE_MAX_DISRUPTIONS"] == "8"
     m = doc["details"]["summary"]["orchestrator"]
     arrivals = doc["details"]["arrivals"]["tasks_kept"]
+    # the nodes' resctrl readings reached the pod-pressure stage, which took llc and membw from them
+    assert doc["details"]["pod_estimates"] == "rdt"
+    for resource in ("llc", "membw"):
+        from_readings = sum(v for k, v in m.items() if k.startswith(f"pod_pressure_{resource}_from_reading"))
+        assert from_readings > 0, m
     assert m["placed"] == arrivals and m["unfinished"] == 0, m
     assert m["extender_filter_calls"] >= arrivals  # the extender answered for every pod
     # the load term: the extender read the pod-pressure stage's estimates and re-scored nodes on them

@@ -185,6 +185,40 @@ def test_arena_cluster_publishes_each_pods_cgroup_counts() -> None:
         cluster.set_corunners(1, ["spmv"], [1.0], uids)
 
 
+def test_arena_cluster_adds_resctrl_readings_the_stage_reads_as_each_pods_share() -> None:
+    from featurelib.pod import LLC_OCCUPANCY, MBM_TOTAL_BYTES, NODE_LLC_BYTES, NODE_MEMBW_PEAK
+    from services.pod_pressure.monitored import reading
+
+    cluster = ArenaCluster(1, seed=3, interval_ms=1000, monitor_noise=0.0, missing_event_prob=0.0,
+                           multiplex_prob=0.0)
+    other = "11111111-2222-3333-4444-555555555555"
+    # llc: 0.80 + 0.85 demanded, more than the cache: each holds its share; membw: 0.30 + 0.40, room for both
+    cluster.set_corunners(0, ["kv_cache", "graph_bfs"], [1.0, 1.0], [UID, other])
+    windows = PodWindows(EXTENDED_EVENTS, window_s=2)
+    done: list[PodWindow] = []
+    for t in (1, 2):
+        state = cluster.tick().nodestate_dicts(ts_ms=1_790_000_000_000 + t * 1000)[0]
+        cgroups = cluster.cgroup_dicts(0, 1.0)
+        for cgroup, readings in cluster.resctrl_dicts(0, 1.0).items():
+            cgroups[cgroup].update(readings)
+        state["cgroups"], state["metrics"] = cgroups, cluster.monitored_metrics()
+        decoded = decode_nodestate_dict(orjson.dumps(state))  # a valid NodeState with the readings
+        done = windows.observe("n", t * 1000, 1000, decoded["cgroups"])
+    scales = state["metrics"]
+    got = {pod_uid_of(w.cgroup): (reading(w, LLC_OCCUPANCY, scales[NODE_LLC_BYTES]),
+                                  reading(w, MBM_TOTAL_BYTES, scales[NODE_MEMBW_PEAK])) for w in done}
+    assert got[UID] == pytest.approx((0.80 / 1.65, 0.30))
+    assert got[other] == pytest.approx((0.85 / 1.65, 0.40))
+    # the spread is one factor per pod and resource, kept while the pod lives (the offline `window` reading)
+    spread = ArenaCluster(1, seed=3, interval_ms=1000, monitor_noise=0.3)
+    spread.set_corunners(0, ["kv_cache", "graph_bfs"], [1.0, 1.0], [UID, other])
+    noisy = [spread.resctrl_dicts(0, 1.0)[f"kubepods/burstable/pod{UID}"] for _ in range(2)]
+    assert noisy[0] == noisy[1] and noisy[0][LLC_OCCUPANCY]["value"] != pytest.approx(0.80 / 1.65 * 32 * 2**20)
+    assert cluster.resctrl_dicts(0, 1.0).keys() == cluster.cgroup_dicts(0, 1.0).keys()
+    with pytest.raises(ValueError, match="monitor_noise must be >= 0"):
+        ArenaCluster(1, seed=3, interval_ms=1000, monitor_noise=-0.1)
+
+
 def test_live_scores_compare_estimates_with_the_truth() -> None:
     def rec(uid: str, status: str, llc: float | None = None) -> SimpleNamespace:
         return SimpleNamespace(pod_uid=uid, status=status, llc=llc, membw=0.1 if llc else None,
