@@ -212,7 +212,6 @@ class CounterEstimator:
         return out
 
 
-
 def monitored_readings(pressures: np.ndarray, which: Sequence[int], noise: float,
                        rng: np.random.Generator) -> np.ndarray:
     """What per-cgroup LLC-occupancy and memory-bandwidth monitoring (Intel RDT CMT/MBM, AMD PQoS, read through
