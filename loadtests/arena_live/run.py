@@ -378,70 +378,62 @@ def _stop(procs: Sequence[_Proc]) -> None:
             p.proc.wait(5)
 
 
-async def _extender_counts(port: int) -> dict[str, float]:
-    """From the extender's /metrics: the scheduler's calls it answered and the regime labels it read.
-
-    kube-scheduler calls ``filter`` for every pod and ``prioritize`` only when more than one node is left
-    (one feasible node is bound without scoring)."""
+async def _metric_samples(port: int) -> list[Any]:
+    """Every sample a local process serves on its /metrics (prometheus_client's ``Sample``s)."""
     import aiohttp
     from prometheus_client.parser import text_string_to_metric_families
 
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
         text = await r.text()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+async def _extender_counts(port: int) -> dict[str, float]:
+    """From the extender's /metrics: the scheduler's calls it answered and the regime labels it read.
+
+    kube-scheduler calls ``filter`` for every pod and ``prioritize`` only when more than one node is left
+    (one feasible node is bound without scoring)."""
     out = {"extender_filter_calls": 0.0, "extender_prioritize_calls": 0.0, "extender_regime_labels": 0.0,
            "extender_corunner_updates": 0.0, "extender_load_updates": 0.0, "extender_pressure_records": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "borg_extender_request_seconds_count":
-                key = f"extender_{sample.labels.get('verb', '')}_calls"
-                if key in out:
-                    out[key] += sample.value
-            elif sample.name == "borg_extender_state_messages_total" and "regimes" in sample.labels.get("topic", ""):
-                out["extender_regime_labels"] += sample.value
-            elif sample.name == "borg_extender_corunner_updates_total":
-                out["extender_corunner_updates"] += sample.value
-            elif sample.name == "borg_extender_load_updates_total":  # the load term (EXTENDER_LOAD_TERM)
-                out["extender_load_updates"] += sample.value
-            elif sample.name == "borg_extender_pressure_records_total":
-                out["extender_pressure_records"] += sample.value
+    for sample in await _metric_samples(port):
+        if sample.name == "borg_extender_request_seconds_count":
+            key = f"extender_{sample.labels.get('verb', '')}_calls"
+            if key in out:
+                out[key] += sample.value
+        elif sample.name == "borg_extender_state_messages_total" and "regimes" in sample.labels.get("topic", ""):
+            out["extender_regime_labels"] += sample.value
+        elif sample.name == "borg_extender_corunner_updates_total":
+            out["extender_corunner_updates"] += sample.value
+        elif sample.name == "borg_extender_load_updates_total":  # the load term (EXTENDER_LOAD_TERM)
+            out["extender_load_updates"] += sample.value
+        elif sample.name == "borg_extender_pressure_records_total":
+            out["extender_pressure_records"] += sample.value
     return out
 
 
 async def _agent_counts(port: int) -> dict[str, float]:
     """From the reliability agent's /metrics: its interference re-plans, the nodes it knew (every pod with an
     estimate) or not at the last one, the hot ones, and the evict proposals it made."""
-    import aiohttp
-    from prometheus_client.parser import text_string_to_metric_families
-
-    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
-        text = await r.text()
     out = {"agent_plans": 0.0, "agent_nodes_known": 0.0, "agent_nodes_unknown": 0.0, "agent_hot_nodes": 0.0,
            "agent_move_proposals": 0.0}
     names = {"borg_agent_interference_plans_total": "agent_plans", "borg_agent_interference_hot_nodes":
              "agent_hot_nodes", "borg_agent_interference_moves_total": "agent_move_proposals"}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in names:
-                out[names[sample.name]] = sample.value
-            elif sample.name == "borg_agent_interference_nodes":
-                out[f"agent_nodes_{sample.labels.get('state', '')}"] = sample.value
+    for sample in await _metric_samples(port):
+        if sample.name in names:
+            out[names[sample.name]] = sample.value
+        elif sample.name == "borg_agent_interference_nodes":
+            out[f"agent_nodes_{sample.labels.get('state', '')}"] = sample.value
     return out
 
 
 async def _pod_pressure_sources(port: int) -> dict[str, float]:
     """From the pod-pressure stage's /metrics: answered pod windows per monitored resource by where its value came
     from (``pod_pressure_<resource>_from_<source>``: reading, reading_or_model, model)."""
-    import aiohttp
-    from prometheus_client.parser import text_string_to_metric_families
-
-    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
-        text = await r.text()
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "borg_pod_pressure_monitored_total":
-                key = f"pod_pressure_{sample.labels.get('resource', '')}_from_{sample.labels.get('source', '')}"
-                out[key] = out.get(key, 0.0) + sample.value
+    for sample in await _metric_samples(port):
+        if sample.name == "borg_pod_pressure_monitored_total":
+            key = f"pod_pressure_{sample.labels.get('resource', '')}_from_{sample.labels.get('source', '')}"
+            out[key] = out.get(key, 0.0) + sample.value
     return out
 
 
